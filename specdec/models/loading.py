@@ -1,0 +1,131 @@
+"""Load a native `Transformer` from a Hugging Face directory (config.json + safetensors).
+
+Hugging Face names are mapped onto the native modules here, and q/k/v and gate/up are
+fused, so the model file stays free of checkpoint-format concerns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+
+from specdec.errors import InvalidParameterError, ModelIntegrityError, ModelNotFoundError
+from specdec.models.config import ModelConfig
+from specdec.models.transformer import Transformer
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+
+_LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
+_FUSED = {
+    "self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj"),
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise InvalidParameterError(f"unknown dtype {name!r} (choose from {', '.join(DTYPES)})")
+    return DTYPES[name]
+
+
+def native_state_dict(hf: Mapping[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Rename a Hugging Face Llama-family state dict to native names, fusing projections."""
+    out: dict[str, torch.Tensor] = {}
+    missing: list[str] = []
+
+    def take(name: str) -> torch.Tensor | None:
+        if name not in hf:
+            missing.append(name)
+            return None
+        return hf[name]
+
+    for native, hf_name in _plain_names(cfg):
+        tensor = take(hf_name)
+        if tensor is not None:
+            out[native] = tensor
+    for i in range(cfg.num_layers):
+        for fused, parts in _FUSED.items():
+            for suffix in ("weight", "bias"):
+                if suffix == "bias" and not _has_bias(fused, cfg):
+                    continue
+                tensors = [take(f"model.layers.{i}.{p}.{suffix}") for p in parts]
+                if all(t is not None for t in tensors):
+                    out[f"layers.{i}.{fused}.{suffix}"] = torch.cat(tensors, dim=0)
+    if missing:
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise ModelIntegrityError(f"checkpoint is missing {len(missing)} tensors: {shown}")
+    return out
+
+
+def _has_bias(fused: str, cfg: ModelConfig) -> bool:
+    return cfg.qkv_bias if fused.startswith("self_attn") else cfg.mlp_bias
+
+
+def _plain_names(cfg: ModelConfig) -> Iterator[tuple[str, str]]:
+    yield "embed_tokens.weight", "model.embed_tokens.weight"
+    yield "norm.weight", "model.norm.weight"
+    yield "lm_head.weight", (
+        "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
+    )
+    for i in range(cfg.num_layers):
+        prefix = f"model.layers.{i}."
+        for name in ("input_layernorm.weight", "post_attention_layernorm.weight"):
+            yield f"layers.{i}.{name}", prefix + name
+        yield f"layers.{i}.self_attn.o_proj.weight", prefix + "self_attn.o_proj.weight"
+        if cfg.o_bias:
+            yield f"layers.{i}.self_attn.o_proj.bias", prefix + "self_attn.o_proj.bias"
+        yield f"layers.{i}.mlp.down_proj.weight", prefix + "mlp.down_proj.weight"
+        if cfg.mlp_bias:
+            yield f"layers.{i}.mlp.down_proj.bias", prefix + "mlp.down_proj.bias"
+
+
+def build_transformer(
+    cfg: ModelConfig,
+    hf_state: Mapping[str, torch.Tensor],
+    dtype: torch.dtype,
+    device: torch.device | str = "cpu",
+) -> Transformer:
+    """Instantiate without allocating random weights, then adopt the checkpoint's tensors."""
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    state = {
+        k: v.to(device=device, dtype=dtype) for k, v in native_state_dict(hf_state, cfg).items()
+    }
+    model.load_state_dict(state, strict=True, assign=True)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+    model.inv_freq = torch.tensor(cfg.inv_freq(), dtype=torch.float32, device=device)
+    return model.eval().requires_grad_(False)
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a model directory; corrupt or truncated files are named in the error."""
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelNotFoundError(f"{path}: no *.safetensors weight files")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        try:
+            with safe_open(file, framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                    tensors[name] = f.get_tensor(name)
+        except (SafetensorError, OSError, RuntimeError) as err:
+            raise ModelIntegrityError(
+                f"{file}: corrupt or truncated safetensors file ({err})"
+            ) from err
+    return tensors
+
+
+def load_transformer(
+    path: str | Path, dtype: str = "bf16", device: torch.device | str = "cpu"
+) -> Transformer:
+    """Load the native model from a Hugging Face directory."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelNotFoundError(f"model path {path} does not exist")
+    cfg = ModelConfig.from_dir(path)
+    return build_transformer(cfg, read_safetensors(path), torch_dtype(dtype), device)

@@ -1,0 +1,224 @@
+"""One native decoder for the whole Llama family (Llama, Qwen2, Mistral, SmolLM2).
+
+Why native rather than transformers' modules: speculative decoding needs things a generic
+`generate` stack makes awkward or slow — a preallocated cache rolled back by setting a
+length, several new tokens per row on a ragged batch, logits only where the engine will
+read them, and the last hidden state for speculator heads. Architectures differ only in
+`ModelConfig` switches; there are no per-model forks.
+
+Weights are the Hugging Face names, with q/k/v and gate/up fused at load time into one
+matmul each (fewer, larger kernels: decoding here is memory-bound and overhead-sensitive).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.models.config import ModelConfig
+from specdec.models.kv_cache import KVCache
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor  # [B, n, V] float32, at the requested positions
+    hidden: torch.Tensor  # [B, T, H] final-normed hidden states of every new position
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 and scale in the model dtype, as the reference implementation does.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, T, heads, D]; cos/sin [B, T, 1, D] (non-interleaved halves, HF layout)."""
+    return x * cos + _rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )
+        qkv_out = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, qkv_out, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,  # [B, T, H]
+        cos: torch.Tensor,  # [B, T, 1, D]
+        sin: torch.Tensor,  # [B, T, 1, D]
+        k_cache: torch.Tensor,  # [maxB, Hkv, L+1, D]
+        v_cache: torch.Tensor,  # [maxB, Hkv, L+1, D]
+        write: tuple[torch.Tensor, torch.Tensor],  # row index [B, 1], slot index [B, T]
+        span: int,  # keys attended: cache positions [0, span)
+        mask: torch.Tensor | None,  # [B, 1, T, span] bool, None = attend to all of span
+    ) -> torch.Tensor:
+        B, T, _ = x.shape
+        qkv = self.qkv_proj(x)
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        q, k, v = qkv.split((q_size, kv_size, kv_size), dim=-1)
+        q = apply_rope(q.view(B, T, self.num_heads, self.head_dim), cos, sin)
+        k = apply_rope(k.view(B, T, self.num_kv_heads, self.head_dim), cos, sin)
+        v = v.view(B, T, self.num_kv_heads, self.head_dim)
+        rows, slots = write
+        k_cache[rows, :, slots] = k  # advanced indices first: [B, T, Hkv, D]
+        v_cache[rows, :, slots] = v
+        keys = k_cache[:B, :, :span]  # [B, Hkv, S, D]
+        values = v_cache[:B, :, :span]
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True
+        )  # [B, Hq, T, D]
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, k_cache, v_cache, write, span, mask):
+        x = x + self.self_attn(
+            self.input_layernorm(x), cos, sin, k_cache, v_cache, write, span, mask
+        )
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Transformer(nn.Module):
+    """Llama-family decoder over a `KVCache`; see `forward` for the batching contract."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.register_buffer(
+            "inv_freq", torch.tensor(cfg.inv_freq(), dtype=torch.float32), persistent=False
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    def new_cache(self, max_batch: int, max_len: int | None = None) -> KVCache:
+        cfg = self.config
+        return KVCache(
+            cfg.num_layers,
+            max_batch,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            max_len or cfg.max_position_embeddings,
+            self.dtype,
+            self.device,
+        )
+
+    def forward(
+        self,
+        tokens: torch.Tensor,  # [B, T] new tokens for cache rows 0..B-1
+        cache: KVCache,
+        num_new: torch.Tensor | None = None,  # [B] host int64: valid tokens per row (<= T)
+        logits_at: torch.Tensor | None = None,  # [B, n] positions in T to compute logits for
+    ) -> ForwardOutput:
+        """Append `tokens` to each row's cache and return logits and hidden states.
+
+        Row b's token t sits at position `cache.lengths[b] + t`; tokens at t >= num_new[b]
+        are padding (written to the scratch slot, outputs meaningless). Each row attends
+        causally to its committed prefix and its own new tokens. The cache lengths advance
+        by `num_new`; callers roll back with `cache.truncate`. Logits are computed only at
+        `logits_at` (all positions when None) because the vocabulary head dominates the
+        cost of a prefill.
+        """
+        B, T = tokens.shape
+        if num_new is None:
+            num_new = torch.full((B,), T, dtype=torch.long)
+        cache.reserve(num_new)
+        lengths = cache.lengths[:B]  # [B] host
+        offsets = torch.arange(T)
+        positions = lengths[:, None] + offsets  # [B, T] host
+        slots = torch.where(offsets < num_new[:, None], positions, cache.scratch_slot)
+        span = int((lengths + num_new).max())
+        mask = self._attention_mask(lengths, positions, span, ragged=bool((num_new < T).any()))
+
+        device = self.device
+        positions_d = positions.to(device, non_blocking=True)
+        write = (torch.arange(B, device=device)[:, None], slots.to(device, non_blocking=True))
+        cos, sin = self._rope(positions_d)
+        if mask is not None:
+            mask = mask.to(device, non_blocking=True)
+
+        x = self.embed_tokens(tokens)
+        for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
+            x = layer(x, cos, sin, k_cache, v_cache, write, span, mask)
+        hidden = self.norm(x)  # [B, T, H]
+        cache.advance(num_new)
+
+        if logits_at is None:
+            picked = hidden
+        else:
+            index = logits_at.to(device)[..., None].expand(-1, -1, hidden.shape[-1])
+            picked = hidden.gather(1, index)  # [B, n, H]
+        return ForwardOutput(logits=self.lm_head(picked).float(), hidden=hidden)
+
+    def _attention_mask(
+        self, lengths: torch.Tensor, positions: torch.Tensor, span: int, ragged: bool
+    ) -> torch.Tensor | None:
+        """Causal mask over cache positions, `[B, 1, T, span]`, or None when all of span is
+        visible to the single new token of every row (the plain-decode fast path)."""
+        window = self.config.sliding_window
+        T = positions.shape[1]
+        uniform = bool((lengths == lengths[0]).all())
+        if T == 1 and uniform and not ragged and (window is None or span <= window):
+            return None
+        keys = torch.arange(span)
+        mask = keys[None, None, :] <= positions[:, :, None]  # [B, T, span]
+        if window is not None:
+            mask &= keys[None, None, :] > positions[:, :, None] - window
+        return mask[:, None]
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin `[B, T, 1, D]` in the model dtype for integer positions `[B, T]`."""
+        freqs = positions[..., None].float() * self.inv_freq  # [B, T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
+        return emb.cos().to(self.dtype), emb.sin().to(self.dtype)

@@ -1,0 +1,86 @@
+"""Logits -> probabilities -> tokens, with per-row parameters and per-request generators.
+
+The same `probs_from_logits` transform is applied to target and draft logits, so an
+acceptor compares the distributions the user actually asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from specdec.config import SamplingParams
+
+
+def probs_from_logits(
+    logits: torch.Tensor,  # [N, V] float32
+    temperature: torch.Tensor,  # [N]; 0 = greedy
+    top_k: torch.Tensor,  # [N] long; 0 = off
+    top_p: torch.Tensor,  # [N]; 1 = off
+) -> torch.Tensor:  # [N, V] float32, rows sum to 1; greedy rows are one-hot at the argmax
+    """Temperature, then top-k, then top-p on the renormalised top-k distribution."""
+    greedy = temperature == 0
+    scaled = logits / torch.where(greedy, 1.0, temperature)[:, None]
+    filter_k = bool((top_k > 0).any())
+    filter_p = bool((top_p < 1).any())
+    if filter_k or filter_p:
+        scaled = _filter_sorted(scaled, top_k, top_p, filter_k, filter_p)
+    probs = torch.softmax(scaled, dim=-1)
+    if bool(greedy.any()):
+        one_hot = torch.zeros_like(probs).scatter_(1, logits.argmax(-1, keepdim=True), 1.0)
+        probs = torch.where(greedy[:, None], one_hot, probs)
+    return probs
+
+
+def _filter_sorted(scaled, top_k, top_p, filter_k: bool, filter_p: bool) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus to -inf (one sort serves both filters)."""
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)
+    vocab = scaled.shape[-1]
+    ranks = torch.arange(vocab, device=scaled.device)
+    if filter_k:
+        k = torch.where(top_k > 0, top_k, vocab)
+        sorted_logits = sorted_logits.masked_fill(ranks[None, :] >= k[:, None], float("-inf"))
+    if filter_p:
+        sorted_probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # exclusive cumsum
+        # Drop a token once the ones ranked above it already reach top_p; rank 0 always stays.
+        drop = (mass_before >= top_p[:, None]) & (ranks[None, :] > 0)
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.full_like(scaled, float("-inf")).scatter(1, order, sorted_logits)
+
+
+def sample(
+    probs: torch.Tensor,  # [N, V]
+    generators: Sequence[torch.Generator | None],  # one per row
+    greedy: Sequence[bool],
+) -> torch.Tensor:  # [N] long
+    """Draw one token per row from that row's own generator (argmax for greedy rows), so a
+    request's output depends on its seed, not on which other requests share the batch."""
+    rows = [
+        probs[i].argmax(-1, keepdim=True)
+        if greedy[i]
+        else torch.multinomial(probs[i], 1, generator=generators[i])
+        for i in range(probs.shape[0])
+    ]
+    return torch.cat(rows)
+
+
+def param_tensors(
+    params: Sequence[SamplingParams], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """temperature, top_k, top_p as `[N]` tensors for `probs_from_logits`."""
+    temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32)
+    top_k = torch.tensor([p.top_k for p in params], dtype=torch.long)
+    top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32)
+    return temperature.to(device), top_k.to(device), top_p.to(device)
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """A request's private generator; seeded from the OS when the user gave no seed."""
+    gen = torch.Generator(device=device)
+    if seed is None:
+        gen.seed()
+    else:
+        gen.manual_seed(seed)
+    return gen

@@ -1,0 +1,72 @@
+"""Tokenizer loading, prompt encoding (with chat templates) and stop detection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import transformers
+
+from specdec.errors import InvalidParameterError, ModelNotFoundError
+
+
+def load_tokenizer(path: str | Path) -> transformers.PreTrainedTokenizerBase:
+    try:
+        return transformers.AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError) as err:
+        raise ModelNotFoundError(f"{path}: cannot load a tokenizer ({err})") from err
+
+
+def eos_token_ids(path: str | Path, tokenizer) -> frozenset[int]:
+    """Every id that ends a sequence: the tokenizer's EOS plus those the model's config and
+    generation_config declare (instruct models often end turns with a different token)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    for name in ("generation_config.json", "config.json"):
+        file = Path(path) / name
+        if file.is_file():
+            value = json.loads(file.read_text()).get("eos_token_id")
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, list):
+                ids.update(v for v in value if isinstance(v, int))
+    return frozenset(ids)
+
+
+def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
+    """Token ids for a prompt, wrapped in the tokenizer's chat template when `chat`."""
+    if not chat:
+        return tokenizer(prompt)["input_ids"]
+    if not tokenizer.chat_template:
+        raise InvalidParameterError("this model's tokenizer has no chat template; drop --chat")
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+class StopChecker:
+    """Finds stop strings in a growing token sequence without re-decoding all of it.
+
+    Only a tail of tokens long enough to contain any stop string is decoded per token
+    (a character is at most 4 bytes and a token at least one byte).
+    """
+
+    def __init__(self, tokenizer, stop: tuple[str, ...]) -> None:
+        self.tokenizer = tokenizer
+        self.stop = stop
+        self.tail_tokens = 4 * max((len(s) for s in stop), default=0) + 4
+
+    def hit(self, token_ids: list[int]) -> bool:
+        """True when the text of `token_ids` contains a stop string that its last token
+        completed (earlier tokens were checked when they arrived)."""
+        if not self.stop:
+            return False
+        text = self.tokenizer.decode(token_ids[-self.tail_tokens :], skip_special_tokens=True)
+        return any(s in text for s in self.stop)
+
+    def cut(self, text: str) -> str:
+        """The text before the first stop string."""
+        cut_at = min((i for s in self.stop if (i := text.find(s)) >= 0), default=len(text))
+        return text[:cut_at]

@@ -1,0 +1,26 @@
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tiny import hf_tiny, native_from_hf, tiny_tokenizer  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fast_threads():
+    # Tests run tiny models: one thread avoids oversubscription with pytest's own work.
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="session", params=["llama", "qwen2"])
+def hf_and_native(request):
+    hf = hf_tiny(request.param)
+    return hf, native_from_hf(hf)
