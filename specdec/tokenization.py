@@ -17,10 +17,19 @@ def load_tokenizer(path: str | Path) -> transformers.PreTrainedTokenizerBase:
         raise ModelNotFoundError(f"{path}: cannot load a tokenizer ({err})") from err
 
 
+# Special tokens that end a sequence in the Llama-family models we serve. A GGUF keeps one
+# EOS id, but instruct models end a turn with one token (<|im_end|>) and a document with
+# another (<|endoftext|>); stopping on either is what their original configs declare.
+END_TOKENS = ("<|endoftext|>", "<|im_end|>", "<|end_of_text|>", "<|eot_id|>")
+
+
 def eos_token_ids(path: str | Path, tokenizer) -> frozenset[int]:
-    """Every id that ends a sequence: the tokenizer's EOS plus those the model's config and
-    generation_config declare (instruct models often end turns with a different token)."""
-    ids: set[int] = set()
+    """Every id that ends a sequence: the tokenizer's EOS, those the model's config and
+    generation_config declare, and the special end tokens in `END_TOKENS` it has."""
+    special = set(tokenizer.all_special_tokens) | {
+        t.content for t in tokenizer.added_tokens_decoder.values() if t.special
+    }
+    ids = {tokenizer.convert_tokens_to_ids(t) for t in END_TOKENS if t in special}
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     for name in ("generation_config.json", "config.json"):

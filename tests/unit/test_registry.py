@@ -366,12 +366,13 @@ def test_resolve_rejects_other_files_and_dtypes(tmp_path):
         registry.resolve(str(other), dtype="float16")
 
 
-def test_unsupported_architecture(tmp_path):
+def test_unsupported_architecture(tmp_path, cache):
     path = tmp_path / "gemma.gguf"
     write_tiny_gguf(path, arch="gemma3")
     with pytest.raises(UnsupportedModelError) as info:
         registry.resolve(str(path))
     assert "'gemma3'" in str(info.value) and "llama, mistral, qwen2" in str(info.value)
+    assert not (cache / "models").exists()  # no half-made cache entry left behind
 
 
 def test_corrupt_gguf(tmp_path):

@@ -1,0 +1,55 @@
+"""Real models (pulled on first use): native logits and greedy output == transformers'."""
+
+import pytest
+import torch
+import transformers
+
+from specdec.config import SamplingParams
+from specdec.engine import Engine
+from specdec.models.loading import load_transformer
+from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
+
+pytestmark = pytest.mark.slow
+
+MODELS = ["smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"]
+PROMPT = "Write a Python function that checks whether a number is prime."
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def pair(request):
+    from specdec.models.registry import resolve
+
+    path = resolve(request.param, "fp32")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    native = load_transformer(path, "fp32")
+    tokenizer = load_tokenizer(path)
+    yield path, hf, native, tokenizer
+    del hf, native
+
+
+def test_logits_match_transformers(pair):
+    _, hf, native, tokenizer = pair
+    ids = torch.tensor([encode_prompt(tokenizer, PROMPT, chat=True)])
+    with torch.inference_mode():
+        expected = hf(ids).logits
+        got = native(ids, native.new_cache(1, ids.shape[1])).logits
+    diff = (expected - got).abs().max().item()
+    assert diff < 1e-3, diff
+    assert (expected.argmax(-1) == got.argmax(-1)).all()
+
+
+def test_greedy_matches_transformers_generate(pair):
+    path, hf, native, tokenizer = pair
+    prompt = encode_prompt(tokenizer, PROMPT, chat=True)
+    n = 32
+    ref = hf.generate(
+        torch.tensor([prompt]),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        eos_token_id=None,
+    )[0, len(prompt) :].tolist()
+    engine = Engine(native, tokenizer, eos_token_ids(path, tokenizer))
+    ours = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
+    assert ours[0].token_ids == ref

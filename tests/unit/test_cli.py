@@ -1,0 +1,111 @@
+"""The CLI end to end on a tiny model saved as a Hugging Face directory."""
+
+import json
+
+import pytest
+from tiny import hf_tiny, tiny_tokenizer
+
+from specdec.cli import main
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-qwen2")
+    hf_tiny("qwen2").save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_generate_json(model_dir, capsys):
+    code, out, _ = _run(
+        capsys,
+        "generate",
+        "--model",
+        str(model_dir),
+        "--dtype",
+        "fp32",
+        "--json",
+        "--max-tokens",
+        "6",
+        "--ignore-eos",
+        "def f(",
+        "x = 1",
+    )
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["prompt"] for r in rows] == ["def f(", "x = 1"]
+    for row in rows:
+        assert row["num_generated"] == 6 == len(row["token_ids"])
+        assert row["elapsed_s"] > 0 and row["tokens_per_s"] > 0
+        assert isinstance(row["text"], str) and row["finish_reason"] == "length"
+
+
+def test_generate_plain_text_is_reproducible_with_a_seed(model_dir, capsys):
+    argv = [
+        "generate",
+        "--model",
+        str(model_dir),
+        "--dtype",
+        "fp32",
+        "--temperature",
+        "1",
+        "--top-k",
+        "20",
+        "--seed",
+        "3",
+        "--max-tokens",
+        "8",
+        "--ignore-eos",
+        "hello",
+    ]
+    first, second = _run(capsys, *argv)[1], _run(capsys, *argv)[1]
+    assert first.splitlines()[0] == second.splitlines()[0]
+    assert "tok/s" in first
+
+
+def test_missing_path_is_a_clear_error(tmp_path, capsys):
+    code, out, err = _run(capsys, "generate", "--model", str(tmp_path / "nope"), "hi")
+    assert code == 2 and out == ""
+    assert "does not exist" in err and "Traceback" not in err
+
+
+def test_truncated_weights_are_a_clear_error(model_dir, tmp_path, capsys):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(model_dir, broken)
+    weights = next(broken.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:5000])
+    code, _, err = _run(capsys, "generate", "--model", str(broken), "hi")
+    assert code == 2
+    assert "corrupt or truncated safetensors file" in err and weights.name in err
+
+
+def test_unsupported_architecture_is_a_clear_error(model_dir, tmp_path, capsys):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(model_dir, other)
+    config = json.loads((other / "config.json").read_text())
+    config["architectures"] = ["GPT2LMHeadModel"]
+    (other / "config.json").write_text(json.dumps(config))
+    code, _, err = _run(capsys, "generate", "--model", str(other), "hi")
+    assert code == 2 and "'GPT2LMHeadModel' is not supported" in err
+
+
+def test_bad_sampling_parameter_and_chat_without_template(model_dir, capsys):
+    code, _, err = _run(capsys, "generate", "--model", str(model_dir), "--top-p", "0", "hi")
+    assert code == 2 and "top_p must be in (0, 1]" in err
+    code, _, err = _run(capsys, "generate", "--model", str(model_dir), "--chat", "hi")
+    assert code == 2 and "no chat template" in err
+
+
+def test_prompt_longer_than_context(model_dir, capsys):
+    code, _, err = _run(capsys, "generate", "--model", str(model_dir), "x" * 300)
+    assert code == 2 and "context is 256 tokens" in err
