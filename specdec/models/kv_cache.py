@@ -43,22 +43,23 @@ class KVCache:
         # without a device sync.
         self.lengths = torch.zeros(max_batch, dtype=torch.long)
 
-    def reserve(self, num_new: torch.Tensor) -> None:
-        """Check that `num_new[b]` more tokens fit row b; raise before anything is written."""
-        rows = num_new.shape[0]
-        if rows > self.max_batch:
-            raise ContextLengthError(f"batch of {rows} rows exceeds the cache's {self.max_batch}")
-        need = self.lengths[:rows] + num_new
+    def reserve(self, num_new: torch.Tensor, rows: slice) -> None:
+        """Check that `num_new[b]` more tokens fit each row; raise before anything is written."""
+        if rows.stop > self.max_batch:
+            raise ContextLengthError(
+                f"rows up to {rows.stop} exceed the cache's {self.max_batch} batch slots"
+            )
+        need = self.lengths[rows] + num_new
         if int(need.max()) > self.max_len:
-            row = int(need.argmax())
+            row = rows.start + int(need.argmax())
             raise ContextLengthError(
                 f"row {row} needs {int(need[row])} positions but the KV cache holds "
                 f"{self.max_len} (the model's context or the engine's max_len)"
             )
 
-    def advance(self, num_new: torch.Tensor) -> None:
-        """Commit `num_new [B]` freshly written positions on the first B rows."""
-        self.lengths[: num_new.shape[0]] += num_new
+    def advance(self, num_new: torch.Tensor, rows: slice) -> None:
+        """Commit `num_new [B]` freshly written positions on `rows`."""
+        self.lengths[rows] += num_new
 
     def truncate(self, lengths: torch.Tensor) -> None:
         """Roll the first `len(lengths)` rows back to `lengths [B]`: O(1), nothing copied."""

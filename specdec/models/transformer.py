@@ -69,8 +69,8 @@ class Attention(nn.Module):
         x: torch.Tensor,  # [B, T, H]
         cos: torch.Tensor,  # [B, T, 1, D]
         sin: torch.Tensor,  # [B, T, 1, D]
-        k_cache: torch.Tensor,  # [maxB, Hkv, L+1, D]
-        v_cache: torch.Tensor,  # [maxB, Hkv, L+1, D]
+        k_cache: torch.Tensor,  # [B, Hkv, L+1, D] (a view of this batch's cache rows)
+        v_cache: torch.Tensor,  # [B, Hkv, L+1, D]
         write: tuple[torch.Tensor, torch.Tensor],  # row index [B, 1], slot index [B, T]
         span: int,  # keys attended: cache positions [0, span)
         mask: torch.Tensor | None,  # [B, 1, T, span] bool, None = attend to all of span
@@ -85,8 +85,8 @@ class Attention(nn.Module):
         rows, slots = write
         k_cache[rows, :, slots] = k  # advanced indices first: [B, T, Hkv, D]
         v_cache[rows, :, slots] = v
-        keys = k_cache[:B, :, :span]  # [B, Hkv, S, D]
-        values = v_cache[:B, :, :span]
+        keys = k_cache[:, :, :span]  # [B, Hkv, S, D]
+        values = v_cache[:, :, :span]
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True
         )  # [B, Hq, T, D]
@@ -161,11 +161,14 @@ class Transformer(nn.Module):
         cache: KVCache,
         num_new: torch.Tensor | None = None,  # [B] host int64: valid tokens per row (<= T)
         logits_at: torch.Tensor | None = None,  # [B, n] positions in T to compute logits for
+        first_row: int = 0,
     ) -> ForwardOutput:
         """Append `tokens` to each row's cache and return logits and hidden states.
 
         Row b's token t sits at position `cache.lengths[b] + t`; tokens at t >= num_new[b]
-        are padding (written to the scratch slot, outputs meaningless). Each row attends
+        are padding (written to the scratch slot, outputs meaningless). The batch covers
+        cache rows `first_row .. first_row + B - 1` (admitting new rows touches only them).
+        Each row attends
         causally to its committed prefix and its own new tokens. The cache lengths advance
         by `num_new`; callers roll back with `cache.truncate`. Logits are computed only at
         `logits_at` (all positions when None) because the vocabulary head dominates the
@@ -174,8 +177,9 @@ class Transformer(nn.Module):
         B, T = tokens.shape
         if num_new is None:
             num_new = torch.full((B,), T, dtype=torch.long)
-        cache.reserve(num_new)
-        lengths = cache.lengths[:B]  # [B] host
+        rows = slice(first_row, first_row + B)
+        cache.reserve(num_new, rows)
+        lengths = cache.lengths[rows]  # [B] host
         offsets = torch.arange(T)
         positions = lengths[:, None] + offsets  # [B, T] host
         slots = torch.where(offsets < num_new[:, None], positions, cache.scratch_slot)
@@ -184,16 +188,19 @@ class Transformer(nn.Module):
 
         device = self.device
         positions_d = positions.to(device, non_blocking=True)
-        write = (torch.arange(B, device=device)[:, None], slots.to(device, non_blocking=True))
+        write = (
+            torch.arange(B, device=device)[:, None],
+            slots.to(device, non_blocking=True),
+        )
         cos, sin = self._rope(positions_d)
         if mask is not None:
             mask = mask.to(device, non_blocking=True)
 
         x = self.embed_tokens(tokens)
         for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
-            x = layer(x, cos, sin, k_cache, v_cache, write, span, mask)
+            x = layer(x, cos, sin, k_cache[rows], v_cache[rows], write, span, mask)
         hidden = self.norm(x)  # [B, T, H]
-        cache.advance(num_new)
+        cache.advance(num_new, rows)
 
         if logits_at is None:
             picked = hidden

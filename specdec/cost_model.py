@@ -1,0 +1,143 @@
+"""What speculation costs and gains, measured as it runs; and the window that pays most.
+
+One implementation serves `--speculate auto` and the benchmarks' predictions:
+
+- `CostModel` keeps running averages of the measured seconds of a verify pass of T tokens
+  per row and of one drafter step, per batch size, and interpolates between measured T.
+- `expected_tokens(alpha, k)`: tokens one step emits when draft position i is accepted with
+  conditional probability alpha[i]: 1 + sum_i prod_{j<=i} alpha[j] (DESIGN.md's formula is
+  the special case of equal alphas).
+- `best_window` maximises expected tokens per second over k = 0..k_max; k = 0 is plain
+  decoding, so the choice is never predicted to be slower than not speculating.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+EMA = 0.2  # weight of a new measurement
+
+
+def _blend(old: float | None, new: float) -> float:
+    return new if old is None else (1 - EMA) * old + EMA * new
+
+
+def expected_tokens(alpha: list[float], k: int) -> float:
+    """Mean tokens emitted by a step drafting k tokens (accepted prefix + 1)."""
+    total, run = 1.0, 1.0
+    for i in range(k):
+        run *= alpha[min(i, len(alpha) - 1)] if alpha else 0.0
+        total += run
+    return total
+
+
+@dataclass
+class CostModel:
+    verify_s: dict[int, dict[int, float]] = field(default_factory=dict)  # rows -> {T: s}
+    draft_step_s: dict[int, float] = field(default_factory=dict)  # rows -> s per draft token
+
+    def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
+        table = self.verify_s.setdefault(rows, {})
+        table[tokens_per_row] = _blend(table.get(tokens_per_row), seconds)
+
+    def observe_draft(self, rows: int, k: int, seconds: float) -> None:
+        if k > 0:
+            self.draft_step_s[rows] = _blend(self.draft_step_s.get(rows), seconds / k)
+
+    def verify_time(self, rows: int, tokens_per_row: int) -> float | None:
+        """Seconds for one target pass of `tokens_per_row` tokens on `rows` rows, linearly
+        interpolated (and extrapolated) between measured points; None before any."""
+        table = self.verify_s.get(rows)
+        if not table:
+            return None
+        if tokens_per_row in table:
+            return table[tokens_per_row]
+        points = sorted(table.items())
+        if len(points) == 1:
+            return points[0][1]
+        below = [p for p in points if p[0] < tokens_per_row] or points[:1]
+        above = [p for p in points if p[0] > tokens_per_row] or points[-1:]
+        (t0, s0), (t1, s1) = (below[-1], above[0]) if below[-1] != above[0] else points[-2:]
+        return s0 + (s1 - s0) * (tokens_per_row - t0) / (t1 - t0)
+
+    def predict(self, rows: int, alpha: list[float], k: int) -> float | None:
+        """Predicted tokens per second per row for window k; None if a cost is unknown."""
+        verify = self.verify_time(rows, k + 1)
+        draft = self.draft_step_s.get(rows, None) if k else 0.0
+        if verify is None or draft is None:
+            return None
+        return expected_tokens(alpha, k) / (k * draft + verify)
+
+    def best_window(self, rows: int, alpha: list[float], k_max: int) -> tuple[int, float]:
+        """(k, predicted speedup over k = 0) maximising predicted tokens per second."""
+        plain = self.predict(rows, alpha, 0)
+        if plain is None:
+            return 0, 1.0
+        best_k, best = 0, plain
+        for k in range(1, k_max + 1):
+            rate = self.predict(rows, alpha, k)
+            if rate is not None and rate > best:
+                best_k, best = k, rate
+        return best_k, best / plain
+
+
+class AdaptiveWindow:
+    """`--speculate auto`: picks k each step from measured acceptance and costs.
+
+    For each batch size it first measures plain decoding (k = 0) and a full window
+    (k = k_max), then exploits `best_window`. A window only wins if it is predicted to be
+    `margin` faster than plain decoding, so noise does not make speculation hurt; every
+    `probe_every` steps it tries the full window again, so acceptance that recovers (or
+    costs that change) are noticed.
+    """
+
+    def __init__(self, k_max: int = 8, probe_every: int = 24, margin: float = 0.03) -> None:
+        self.k_max = k_max
+        self.probe_every = probe_every
+        self.margin = margin
+        self.costs = CostModel()
+        self.alpha: list[float] = []  # acceptance per draft position, running average
+        self._steps = 0
+
+    def choose(self, rows: int) -> int:
+        self._steps += 1
+        table = self.costs.verify_s.get(rows, {})
+        if 1 not in table:
+            return 0
+        if self.k_max + 1 not in table or self._steps % self.probe_every == 0:
+            return self.k_max
+        k, speedup = self.costs.best_window(rows, self.alpha, self.k_max)
+        return k if speedup > 1 + self.margin else 0
+
+    def observe(
+        self,
+        rows: int,
+        k: int,
+        verify_s: float,
+        draft_s: float,
+        drafted_at: list[int],
+        accepted_at: list[int],
+    ) -> None:
+        """Feed back one step: its timings and, per position, drafted/accepted row counts."""
+        self.costs.observe_verify(rows, k + 1, verify_s)
+        self.costs.observe_draft(rows, k, draft_s)
+        for i, (d, a) in enumerate(zip(drafted_at, accepted_at, strict=True)):
+            if d == 0:
+                continue
+            if i >= len(self.alpha):
+                self.alpha.append(a / d)
+            else:
+                self.alpha[i] = _blend(self.alpha[i], a / d)
+
+
+class FixedWindow:
+    """`--speculate K`: always draft K tokens (0 = plain decoding)."""
+
+    def __init__(self, k: int) -> None:
+        self.k_max = k
+
+    def choose(self, rows: int) -> int:
+        return self.k_max
+
+    def observe(self, *args, **kwargs) -> None:
+        pass

@@ -1,0 +1,7 @@
+"""Drafters propose tokens for the target to verify; see `base.Drafter` for the contract."""
+
+from specdec.drafters.base import Drafter
+from specdec.drafters.draft_model import DraftModelDrafter
+from specdec.drafters.ngram import NgramDrafter
+
+__all__ = ["DraftModelDrafter", "Drafter", "NgramDrafter"]

@@ -1,0 +1,39 @@
+"""The drafter contract.
+
+A drafter follows the engine's live rows (row i of the drafter is row i of the target's
+cache) and keeps its own state; it never touches the target's. For each row the engine
+has a history of committed tokens whose last token is not yet in any KV cache.
+
+- `admit(histories)`: new rows appended after the current ones, each with its history.
+- `propose(k, params, generators) -> Draft`: up to k tokens per row continuing the history.
+- `commit(num_accepted [B], next_tokens [B])`: the target kept the first num_accepted
+  draft tokens and added next_tokens; roll back whatever else was drafted.
+- `move_row(src, dst)` / `reset_row(row)`: the engine repacks rows when sequences finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+
+from specdec.acceptors import Draft
+from specdec.config import SamplingParams
+
+
+class Drafter(Protocol):
+    def admit(self, histories: Sequence[Sequence[int]]) -> None: ...
+
+    def propose(
+        self,
+        k: int,
+        params: Sequence[SamplingParams],
+        generators: Sequence[torch.Generator],
+    ) -> Draft: ...
+
+    def commit(self, num_accepted: torch.Tensor, next_tokens: torch.Tensor) -> None: ...
+
+    def move_row(self, src: int, dst: int) -> None: ...
+
+    def reset_row(self, row: int) -> None: ...

@@ -1,0 +1,138 @@
+"""A small model sharing the target's tokenizer drafts k tokens autoregressively.
+
+Its KV cache follows the committed history minus tokens it has not seen yet (`pending`):
+normally just the target's newest token, but when all k drafts were accepted also the last
+draft token, which was sampled and never fed. The first draft forward of a step therefore
+takes one or two tokens per row (a ragged batch), the next k-1 take one each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from specdec.acceptors import Draft
+from specdec.errors import TokenizerMismatchError
+from specdec.models.transformer import Transformer
+from specdec.sampling import param_tensors, probs_from_logits, sample
+
+
+def check_same_tokenizer(target_tokenizer, draft_tokenizer) -> None:
+    """Refuse a draft whose token ids mean something else than the target's."""
+    target_vocab, draft_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if target_vocab == draft_vocab:
+        return
+    differing = sorted(
+        (t for t in set(target_vocab) ^ set(draft_vocab)),
+        key=lambda t: target_vocab.get(t, draft_vocab.get(t, 0)),
+    )[:5]
+    if not differing:
+        differing = [t for t in target_vocab if target_vocab[t] != draft_vocab[t]][:5]
+    raise TokenizerMismatchError(
+        f"the draft model's tokenizer differs from the target's ({len(target_vocab)} vs "
+        f"{len(draft_vocab)} tokens; e.g. {differing}): a draft must share the tokenizer"
+    )
+
+
+class DraftModelDrafter:
+    def __init__(
+        self,
+        model: Transformer,
+        target_vocab_size: int,
+        tokenizer_size: int,
+        max_batch: int,
+        max_len: int,
+    ) -> None:
+        self.model = model
+        self.cache = model.new_cache(max_batch, max_len)
+        # Ids past the tokenizer's are padding rows of an embedding matrix: never draft them,
+        # and give q the target's width so p and q line up.
+        self.usable_vocab = min(tokenizer_size, model.config.vocab_size, target_vocab_size)
+        self.target_vocab_size = target_vocab_size
+        self.pending: list[list[int]] = []
+        self._k = 0  # window of the current step
+        self._draft = torch.zeros(0, 0, dtype=torch.long)  # [B, k] tokens of the current step
+        self._start = torch.zeros(0, dtype=torch.long)  # [B] cache lengths before the step
+
+    @property
+    def rows(self) -> int:
+        return len(self.pending)
+
+    @torch.inference_mode()
+    def admit(self, histories: Sequence[Sequence[int]]) -> None:
+        """Prefill the new rows (all but each history's last token) into the next slots."""
+        start = self.rows
+        self.pending.extend([h[-1]] for h in histories)
+        lengths = torch.tensor([len(h) - 1 for h in histories])
+        if int(lengths.max()) == 0:
+            return
+        tokens = torch.zeros(len(histories), int(lengths.max()), dtype=torch.long)
+        for i, h in enumerate(histories):
+            tokens[i, : len(h) - 1] = torch.tensor(h[:-1], dtype=torch.long)
+        self.model(
+            tokens.to(self.model.device),
+            self.cache,
+            num_new=lengths,
+            logits_at=torch.zeros(len(histories), 1, dtype=torch.long),
+            first_row=start,
+        )
+
+    @torch.inference_mode()
+    def propose(self, k, params, generators) -> Draft:
+        B, device = self.rows, self.model.device
+        self._k = k
+        if k == 0:  # speculation is off this step: feed nothing, let pending grow
+            empty = torch.zeros(B, 0, dtype=torch.long, device=device)
+            return Draft(empty, None, torch.zeros(B, dtype=torch.long))
+        self._start = self.cache.lengths[:B].clone()
+        fed = torch.tensor([len(p) for p in self.pending])
+        tokens = torch.zeros(B, int(fed.max()), dtype=torch.long)
+        for row, pend in enumerate(self.pending):
+            tokens[row, : len(pend)] = torch.tensor(pend, dtype=torch.long)
+        temps = param_tensors(params, device)
+        greedy = [p.greedy for p in params]
+        out = self.model(tokens.to(device), self.cache, num_new=fed, logits_at=(fed - 1)[:, None])
+        logits = out.logits[:, 0]
+        drafted, qs = [], []
+        for i in range(k):
+            q = self._distribution(logits, temps)  # [B, V_target]
+            drafted.append(sample(q, generators, greedy))
+            qs.append(q)
+            if i < k - 1:
+                logits = self.model(drafted[-1][:, None], self.cache).logits[:, 0]
+        self._draft = torch.stack(drafted, 1)  # [B, k]
+        return Draft(self._draft, torch.stack(qs, 1), torch.full((B,), k, dtype=torch.long))
+
+    def _distribution(self, logits: torch.Tensor, temps) -> torch.Tensor:
+        logits = logits[:, : self.usable_vocab]
+        q = probs_from_logits(logits, *temps)
+        pad = self.target_vocab_size - q.shape[1]
+        return torch.nn.functional.pad(q, (0, pad)) if pad else q
+
+    def commit(self, num_accepted, next_tokens) -> None:
+        """Keep the cache through the accepted drafts it has seen; queue the rest."""
+        k, nexts = self._k, next_tokens.tolist()
+        if k == 0:
+            for row, nxt in enumerate(nexts):
+                self.pending[row].append(nxt)
+            return
+        accepted = num_accepted.cpu()
+        fed = torch.tensor([len(p) for p in self.pending])
+        # The last draft token was sampled but never fed, so at most k-1 drafts are cached.
+        self.cache.truncate(self._start + fed + accepted.clamp(max=k - 1))
+        last_draft = self._draft[:, k - 1].tolist()
+        for row, (n, nxt) in enumerate(zip(accepted.tolist(), nexts, strict=True)):
+            self.pending[row] = ([last_draft[row]] if n == k else []) + [nxt]
+
+    def move_row(self, src: int, dst: int) -> None:
+        self.cache.move_row(src, dst)
+        self.pending[dst] = self.pending[src]
+        self.reset_row(src)
+
+    def reset_row(self, row: int) -> None:
+        self.cache.reset_row(row)
+        if row == self.rows - 1:
+            self.pending.pop()
+        else:
+            self.pending[row] = []
