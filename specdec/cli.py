@@ -24,6 +24,21 @@ def _generate_args(sub) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="never stop at EOS (benchmarks)")
     p.add_argument("--max-batch", type=int, default=8, help="prompts decoded together")
+    p.add_argument("--draft", default=None, help="draft model (name/path) or 'ngram'")
+    p.add_argument(
+        "--speculate",
+        default=None,
+        help="tokens drafted per step, or 'auto' (default with --draft)",
+    )
+    p.add_argument("--k-max", type=int, default=8, help="largest window 'auto' may choose")
+    p.add_argument(
+        "--acceptor",
+        default="rejection",
+        help="rejection (lossless) | greedy | typical (lossy) | module:Class",
+    )
+    p.add_argument(
+        "--compare", action="store_true", help="also run plain decoding and print the speedup"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
     p.add_argument("prompts", nargs="+", metavar="PROMPT")
 
@@ -59,20 +74,51 @@ def cmd_generate(args) -> None:
         ignore_eos=args.ignore_eos,
     )
     t0 = time.perf_counter()
-    llm = LLM(args.model, dtype=args.dtype, device=args.device, max_batch=args.max_batch)
+    llm = LLM(
+        args.model,
+        draft=args.draft,
+        speculate=args.speculate,
+        acceptor=args.acceptor,
+        k_max=args.k_max,
+        dtype=args.dtype,
+        device=args.device,
+        max_batch=args.max_batch,
+    )
     load_s = time.perf_counter() - t0
-    completions = llm.generate(args.prompts, params, chat=args.chat)
-    for prompt, c in zip(args.prompts, completions, strict=True):
+    ids = [llm.encode(p, args.chat) for p in args.prompts]
+    plain = llm.plain_engine().generate(ids, params) if args.compare else None
+    completions = llm.engine.generate(ids, params)
+    for i, (prompt, c) in enumerate(zip(args.prompts, completions, strict=True)):
+        base = plain[i] if plain else None
         if args.json:
-            print(json.dumps({"prompt": prompt, **c.to_dict()}), flush=True)
-            continue
-        print(c.text)
-        print(
-            f"-- {c.num_generated} tokens in {c.elapsed_s:.2f} s: {c.tokens_per_s:.1f} tok/s "
-            f"(TTFT {c.ttft_s * 1000:.0f} ms, finish: {c.finish_reason}, "
-            f"model load {load_s:.1f} s)",
-            flush=True,
+            row = {"prompt": prompt, **c.to_dict()}
+            if base:
+                row["plain"] = base.to_dict()
+                row["speedup"] = round(c.tokens_per_s / base.tokens_per_s, 3)
+            print(json.dumps(row), flush=True)
+        else:
+            _print_human(c, base, load_s)
+
+
+def _print_human(c, base, load_s: float) -> None:
+    print(c.text)
+    s = c.stats
+    line = (
+        f"-- {c.num_generated} tokens in {c.elapsed_s:.2f} s: {c.tokens_per_s:.1f} tok/s "
+        f"(TTFT {c.ttft_s * 1000:.0f} ms, finish: {c.finish_reason}, model load {load_s:.1f} s)"
+    )
+    if s.drafted:
+        line += (
+            f"\n-- speculation: acceptance {s.acceptance_rate:.2f}, "
+            f"{s.mean_accepted_length:.2f} tokens per target pass, {s.steps} passes"
         )
+    if base:
+        same = "identical output" if base.token_ids == c.token_ids else "outputs differ"
+        line += (
+            f"\n-- plain decoding: {base.tokens_per_s:.1f} tok/s -> speedup "
+            f"{c.tokens_per_s / base.tokens_per_s:.2f}x ({same})"
+        )
+    print(line, flush=True)
 
 
 def cmd_models(args) -> None:

@@ -1,42 +1,88 @@
-"""The Python API: load a model by name or path, generate from text prompts.
+"""The Python API: one object that loads a target (and optionally a drafter) and generates.
 
->>> from specdec import LLM, SamplingParams          # doctest: +SKIP
->>> llm = LLM("qwen2.5-coder-1.5b-instruct")          # doctest: +SKIP
->>> llm.generate(["def fib(n):"], SamplingParams(temperature=0, max_tokens=32))[0].text
+    >>> from specdec import LLM, SamplingParams          # doctest: +SKIP
+    >>> llm = LLM("qwen2.5-coder-1.5b-instruct", draft="qwen2.5-coder-0.5b-instruct",
+    ...           speculate="auto")                       # doctest: +SKIP
+    >>> llm.generate(["def fib(n):"], SamplingParams(temperature=0, max_tokens=32))[0].text
+
+This is the one builder behind the CLI and the server: names of drafters, acceptors and
+windows are resolved here, once, never inside the decoding loop.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 
 import torch
 
+from specdec.acceptors import ACCEPTORS, TokenAcceptor
 from specdec.config import SamplingParams
+from specdec.cost_model import AdaptiveWindow, FixedWindow
+from specdec.drafters import DraftModelDrafter, NgramDrafter
+from specdec.drafters.draft_model import check_same_tokenizer
 from specdec.engine import Completion, Engine
+from specdec.errors import InvalidParameterError
 from specdec.models.loading import load_transformer
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
+MAX_WINDOW = 32
+
 
 class LLM:
-    """A loaded model plus its tokenizer, ready to generate."""
+    """A loaded target model plus its tokenizer and, optionally, a drafter.
+
+    draft: None (plain decoding), "ngram" (prompt lookup), or a model name / path sharing
+        the target's tokenizer.
+    speculate: tokens drafted per step (int, 0 = off) or "auto" (chosen each step from the
+        measured acceptance and costs, up to `k_max`). Defaults to "auto" with a drafter.
+    acceptor: "rejection" (lossless, default), "greedy" (lossless for greedy requests),
+        "typical" (lossy), "module:Class" (a user's TokenAcceptor), or an instance.
+    """
 
     def __init__(
         self,
         model: str,
         *,
+        draft: str | None = None,
+        speculate: int | str | None = None,
+        acceptor: str | TokenAcceptor = "rejection",
+        k_max: int = 8,
         dtype: str = "bf16",
         device: str = "cpu",
         max_batch: int = 8,
     ) -> None:
         from specdec.models.registry import resolve
 
+        window = build_window(
+            speculate if speculate is not None else (0 if draft is None else "auto"), k_max
+        )
+        acceptor = build_acceptor(acceptor)
         path = resolve(model, dtype)
         self.name = model
-        self.path = path
         self.tokenizer = load_tokenizer(path)
         self.model = load_transformer(path, dtype, torch.device(device))
+        factory = self._drafter_factory(draft, dtype, device) if draft else None
+        self.eos_ids = eos_token_ids(path, self.tokenizer)
         self.engine = Engine(
-            self.model, self.tokenizer, eos_token_ids(path, self.tokenizer), max_batch
+            self.model, self.tokenizer, self.eos_ids, max_batch, factory, acceptor, window
+        )
+
+    def plain_engine(self) -> Engine:
+        """The same target without speculation, for side-by-side comparisons."""
+        return Engine(self.model, self.tokenizer, self.eos_ids, self.engine.max_batch)
+
+    def _drafter_factory(self, draft: str, dtype: str, device: str):
+        if draft == "ngram":
+            return lambda max_batch, max_len: NgramDrafter()
+        from specdec.models.registry import resolve
+
+        path = resolve(draft, dtype)
+        check_same_tokenizer(self.tokenizer, load_tokenizer(path))
+        self.draft_model = load_transformer(path, dtype, torch.device(device))
+        vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
+        return lambda max_batch, max_len: DraftModelDrafter(
+            self.draft_model, vocab, tok_size, max_batch, max_len
         )
 
     def encode(self, prompt: str, chat: bool = False) -> list[int]:
@@ -54,3 +100,45 @@ class LLM:
             prompts = [prompts]
         ids = [self.encode(p, chat) for p in prompts]
         return self.engine.generate(ids, params or SamplingParams())
+
+
+def build_window(speculate: int | str, k_max: int = 8) -> FixedWindow | AdaptiveWindow:
+    """`--speculate K|auto` -> the window policy."""
+    if not 1 <= k_max <= MAX_WINDOW:
+        raise InvalidParameterError(f"k_max must be in [1, {MAX_WINDOW}], got {k_max}")
+    if speculate == "auto":
+        return AdaptiveWindow(k_max=k_max)
+    try:
+        k = int(speculate)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(
+            f"speculate must be an integer or 'auto', got {speculate!r}"
+        ) from None
+    if not 0 <= k <= MAX_WINDOW:
+        raise InvalidParameterError(f"speculate must be in [0, {MAX_WINDOW}] or 'auto', got {k}")
+    return FixedWindow(k)
+
+
+def build_acceptor(spec: str | TokenAcceptor) -> TokenAcceptor:
+    """A built-in acceptor name, "module:Class" (instantiated without arguments), or an
+    acceptor instance."""
+    if not isinstance(spec, str):
+        return spec
+    if spec in ACCEPTORS:
+        return ACCEPTORS[spec]()
+    if ":" not in spec:
+        raise InvalidParameterError(
+            f"unknown acceptor {spec!r}: use one of {', '.join(ACCEPTORS)} or module:Class"
+        )
+    module_name, _, class_name = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as err:
+        raise InvalidParameterError(f"cannot load acceptor {spec!r}: {err}") from err
+    acceptor = cls()
+    if not isinstance(acceptor, TokenAcceptor):
+        raise InvalidParameterError(
+            f"{spec} is not a TokenAcceptor: it needs a `lossless` attribute and "
+            "__call__(draft, target_probs, generators) -> Verdict"
+        )
+    return acceptor

@@ -1,0 +1,170 @@
+"""Greedy speculative decoding == plain greedy decoding, token for token, in fp32."""
+
+import math
+
+import pytest
+import torch
+
+from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler
+from specdec.config import SamplingParams
+from specdec.cost_model import AdaptiveWindow, FixedWindow
+from specdec.drafters import DraftModelDrafter, NgramDrafter
+from specdec.engine import Engine
+from tiny import hf_tiny, native_from_hf
+
+PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 8, 7, 7, 8, 7]]
+N = 25
+
+
+class OracleDrafter:
+    """Proposes the true greedy continuation, except where `right(step, i)` says no."""
+
+    def __init__(self, prompts, references, right):
+        self.prompts, self.references, self.right = prompts, references, right
+        self.histories, self.order, self.step = [], [], 0
+
+    def admit(self, histories):
+        for h in histories:
+            self.order.append(next(i for i, p in enumerate(self.prompts) if h[: len(p)] == p))
+            self.histories.append(list(h))
+
+    def propose(self, k, params, generators):
+        self.step += 1
+        tokens = torch.zeros(len(self.histories), k, dtype=torch.long)
+        for row, h in enumerate(self.histories):
+            ref = self.references[self.order[row]]
+            done = len(h) - len(self.prompts[self.order[row]])
+            for i in range(k):
+                true = ref[done + i] if done + i < len(ref) else 0
+                tokens[row, i] = true if self.right(self.step, i) else (true + 1) % 97
+        self._last = tokens
+        return Draft(tokens, None, torch.full((len(self.histories),), k))
+
+    def commit(self, num_accepted, next_tokens):
+        for row, (n, nxt) in enumerate(zip(num_accepted.tolist(), next_tokens.tolist())):
+            self.histories[row] += self._last[row, :n].tolist() + [nxt]
+
+    def move_row(self, src, dst):
+        self.histories[dst], self.order[dst] = self.histories[src], self.order[src]
+        self.reset_row(src)
+
+    def reset_row(self, row):
+        if row == len(self.histories) - 1:
+            self.histories.pop()
+            self.order.pop()
+
+
+@pytest.fixture(scope="module")
+def setup(tokenizer):
+    native = native_from_hf(hf_tiny("qwen2"))
+    plain = Engine(native, tokenizer, frozenset())
+    params = SamplingParams(temperature=0, max_tokens=N)
+    refs = [c.token_ids for c in plain.generate(PROMPTS, params)]
+    return native, refs, params
+
+
+def _spec(native, tokenizer, factory, k, acceptor=None, window=None, max_batch=8):
+    return Engine(
+        native,
+        tokenizer,
+        frozenset(),
+        max_batch=max_batch,
+        drafter_factory=factory,
+        acceptor=acceptor or GreedyAcceptor(),
+        window=window or FixedWindow(k),
+    )
+
+
+@pytest.mark.parametrize("acceptor", [GreedyAcceptor(), RejectionSampler()])
+@pytest.mark.parametrize(
+    "name,right,steps",
+    [
+        ("always right", lambda step, i: True, lambda k: math.ceil((N - 1) / (k + 1))),
+        ("always wrong", lambda step, i: False, lambda k: N - 1),
+        # right for the first two positions only: each step emits 3 tokens
+        ("first two right", lambda step, i: i < 2, lambda k: math.ceil((N - 1) / 3)),
+    ],
+)
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_oracle_drafter_exact_output_and_passes(setup, tokenizer, acceptor, name, right, steps, k):
+    native, refs, params = setup
+    if name == "first two right" and k < 2:
+        pytest.skip("needs k >= 2")
+    factory = lambda b, length: OracleDrafter(PROMPTS, refs, right)  # noqa: E731
+    out = _spec(native, tokenizer, factory, k, acceptor).generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+    assert all(c.stats.steps == steps(k) for c in out), [c.stats.steps for c in out]
+
+
+def test_draft_model_drafter_greedy_equivalence(setup, tokenizer):
+    native, refs, params = setup
+    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    factory = lambda b, length: DraftModelDrafter(draft, 97, 97, b, length)  # noqa: E731
+    for k in (1, 3, 6):
+        out = _spec(native, tokenizer, factory, k).generate(PROMPTS, params)
+        assert [c.token_ids for c in out] == refs
+
+
+def test_self_draft_accepts_everything(setup, tokenizer):
+    """The target drafting for itself: every greedy draft token is accepted."""
+    native, refs, params = setup
+    factory = lambda b, length: DraftModelDrafter(native, 97, 97, b, length)  # noqa: E731
+    out = _spec(native, tokenizer, factory, 4, RejectionSampler()).generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+    assert all(c.stats.acceptance_rate == 1.0 for c in out)
+    assert all(c.stats.steps == math.ceil((N - 1) / 5) for c in out)
+
+
+def test_ngram_drafter_greedy_equivalence(setup, tokenizer):
+    native, refs, params = setup
+    for k in (2, 5):
+        out = _spec(native, tokenizer, lambda b, n: NgramDrafter(), k).generate(PROMPTS, params)
+        assert [c.token_ids for c in out] == refs
+
+
+def test_adaptive_window_greedy_equivalence(setup, tokenizer):
+    native, refs, params = setup
+    factory = lambda b, length: DraftModelDrafter(native, 97, 97, b, length)  # noqa: E731
+    engine = _spec(native, tokenizer, factory, 0, window=AdaptiveWindow(k_max=6))
+    out = engine.generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+
+
+def test_batched_equals_per_sequence_with_ragged_finishes(setup, tokenizer):
+    native, _, _ = setup
+    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    factory = lambda b, length: DraftModelDrafter(draft, 97, 97, b, length)  # noqa: E731
+    engine = _spec(native, tokenizer, factory, 3)
+    params = [SamplingParams(temperature=0, max_tokens=n) for n in (30, 4, 17, 9)]
+    batched = [c.token_ids for c in engine.generate(PROMPTS, params)]
+    alone = [engine.generate([p], q)[0].token_ids for p, q in zip(PROMPTS, params)]
+    assert batched == alone
+    assert [len(t) for t in batched] == [30, 4, 17, 9]
+
+
+def test_eos_inside_an_accepted_run_ends_the_row_there(setup, tokenizer):
+    native, refs, params = setup
+    eos = refs[0][6]
+    factory = lambda b, length: OracleDrafter(PROMPTS, refs, lambda s, i: True)  # noqa: E731
+    engine = Engine(
+        native,
+        tokenizer,
+        frozenset({eos}),
+        drafter_factory=factory,
+        acceptor=GreedyAcceptor(),
+        window=FixedWindow(8),
+    )
+    out = engine.generate(PROMPTS[:1], params)[0]
+    assert out.token_ids == refs[0][: refs[0].index(eos) + 1]
+    assert out.finish_reason == "stop"
+
+
+def test_seeded_sampling_is_deterministic_with_speculation(setup, tokenizer):
+    native, _, _ = setup
+    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    factory = lambda b, length: DraftModelDrafter(draft, 97, 97, b, length)  # noqa: E731
+    engine = _spec(native, tokenizer, factory, 4, RejectionSampler())
+    params = SamplingParams(temperature=0.9, top_p=0.95, seed=42, max_tokens=20)
+    first = [c.token_ids for c in engine.generate(PROMPTS, params)]
+    again = [c.token_ids for c in engine.generate(PROMPTS, params)]
+    assert first == again
