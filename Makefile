@@ -22,14 +22,14 @@ demo: $(STAMP)
 	$(VENV)/bin/specdec generate --model $(TARGET) --chat --max-tokens 128 "$(DEMO_PROMPT)"
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check specdec tests scripts
+	$(VENV)/bin/ruff check specdec tests scripts examples
 	$(PY) -m pytest -q
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check specdec tests scripts
+	$(VENV)/bin/ruff check specdec tests scripts examples
 
 bench-plain: $(STAMP)
 	$(PY) scripts/bench_plain.py

@@ -12,7 +12,9 @@ windows are resolved here, once, never inside the decoding loop.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -120,8 +122,8 @@ def build_window(speculate: int | str, k_max: int = 8) -> FixedWindow | Adaptive
 
 
 def build_acceptor(spec: str | TokenAcceptor) -> TokenAcceptor:
-    """A built-in acceptor name, "module:Class" (instantiated without arguments), or an
-    acceptor instance."""
+    """A built-in acceptor name, "module:Class" or "path/to/file.py:Class" (instantiated
+    without arguments), or an acceptor instance."""
     if not isinstance(spec, str):
         return spec
     if spec in ACCEPTORS:
@@ -130,15 +132,32 @@ def build_acceptor(spec: str | TokenAcceptor) -> TokenAcceptor:
         raise InvalidParameterError(
             f"unknown acceptor {spec!r}: use one of {', '.join(ACCEPTORS)} or module:Class"
         )
-    module_name, _, class_name = spec.partition(":")
+    module_name, _, class_name = spec.rpartition(":")
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as err:
+        cls = getattr(_import(module_name), class_name)
+    except (ImportError, AttributeError, OSError) as err:
         raise InvalidParameterError(f"cannot load acceptor {spec!r}: {err}") from err
-    acceptor = cls()
+    try:
+        acceptor = cls()
+    except TypeError as err:
+        raise InvalidParameterError(
+            f"cannot instantiate acceptor {spec} without arguments: {err}"
+        ) from err
     if not isinstance(acceptor, TokenAcceptor):
         raise InvalidParameterError(
             f"{spec} is not a TokenAcceptor: it needs a `lossless` attribute and "
             "__call__(draft, target_probs, generators) -> Verdict"
         )
     return acceptor
+
+
+def _import(module: str):
+    """A module by dotted name, or from a .py file path."""
+    if not module.endswith(".py"):
+        return importlib.import_module(module)
+    spec = importlib.util.spec_from_file_location(Path(module).stem, module)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {module}")
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded

@@ -4,13 +4,13 @@ import math
 
 import pytest
 import torch
+from tiny import hf_tiny, native_from_hf
 
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import Engine
-from tiny import hf_tiny, native_from_hf
 
 PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 8, 7, 7, 8, 7]]
 N = 25
@@ -41,7 +41,9 @@ class OracleDrafter:
         return Draft(tokens, None, torch.full((len(self.histories),), k))
 
     def commit(self, num_accepted, next_tokens):
-        for row, (n, nxt) in enumerate(zip(num_accepted.tolist(), next_tokens.tolist())):
+        for row, (n, nxt) in enumerate(
+            zip(num_accepted.tolist(), next_tokens.tolist(), strict=True)
+        ):
             self.histories[row] += self._last[row, :n].tolist() + [nxt]
 
     def move_row(self, src, dst):
@@ -137,7 +139,7 @@ def test_batched_equals_per_sequence_with_ragged_finishes(setup, tokenizer):
     engine = _spec(native, tokenizer, factory, 3)
     params = [SamplingParams(temperature=0, max_tokens=n) for n in (30, 4, 17, 9)]
     batched = [c.token_ids for c in engine.generate(PROMPTS, params)]
-    alone = [engine.generate([p], q)[0].token_ids for p, q in zip(PROMPTS, params)]
+    alone = [engine.generate([p], q)[0].token_ids for p, q in zip(PROMPTS, params, strict=True)]
     assert batched == alone
     assert [len(t) for t in batched] == [30, 4, 17, 9]
 

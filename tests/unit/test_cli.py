@@ -1,6 +1,7 @@
 """The CLI end to end on a tiny model saved as a Hugging Face directory."""
 
 import json
+from pathlib import Path
 
 import pytest
 from tiny import hf_tiny, tiny_tokenizer
@@ -109,3 +110,105 @@ def test_bad_sampling_parameter_and_chat_without_template(model_dir, capsys):
 def test_prompt_longer_than_context(model_dir, capsys):
     code, _, err = _run(capsys, "generate", "--model", str(model_dir), "x" * 300)
     assert code == 2 and "context is 256 tokens" in err
+
+
+def test_speculative_json_has_spec_metrics_and_matches_plain(model_dir, capsys):
+    base = [
+        "generate",
+        "--model",
+        str(model_dir),
+        "--dtype",
+        "fp32",
+        "--json",
+        "--max-tokens",
+        "12",
+        "--ignore-eos",
+        "def f(",
+    ]
+    _, plain, _ = _run(capsys, *base)
+    code, spec, _ = _run(capsys, *base, "--draft", str(model_dir), "--speculate", "3")
+    assert code == 0
+    plain_row, spec_row = json.loads(plain), json.loads(spec)
+    assert spec_row["token_ids"] == plain_row["token_ids"]
+    s = spec_row["spec"]
+    assert s["drafted_tokens"] > 0 and s["acceptance_rate"] == 1.0  # self-drafting
+    assert s["mean_accepted_length"] == 4.0 and len(s["acceptance_per_position"]) == 3
+    for key in ("time_per_output_token_s", "time_to_first_token_s", "tokens_per_s", "drafts"):
+        assert key in s
+
+
+@pytest.mark.parametrize("draft", ["ngram", None])
+def test_auto_window_and_compare(model_dir, capsys, draft):
+    argv = [
+        "generate",
+        "--model",
+        str(model_dir),
+        "--dtype",
+        "fp32",
+        "--max-tokens",
+        "10",
+        "--ignore-eos",
+        "--speculate",
+        "auto",
+        "--compare",
+        "--draft",
+        draft or str(model_dir),
+        "abcabcabc",
+    ]
+    code, out, _ = _run(capsys, *argv)
+    assert code == 0 and "speedup" in out and "identical output" in out
+
+
+def test_custom_acceptor_from_a_file(model_dir, capsys):
+    path = str(Path(__file__).parents[2] / "examples" / "deterministic_acceptor.py")
+    code, out, _ = _run(
+        capsys,
+        "generate",
+        "--model",
+        str(model_dir),
+        "--dtype",
+        "fp32",
+        "--json",
+        "--max-tokens",
+        "8",
+        "--ignore-eos",
+        "--draft",
+        "ngram",
+        "--speculate",
+        "2",
+        "--acceptor",
+        f"{path}:LossyTopNAcceptor",
+        "aaaa",
+    )
+    assert code == 0 and json.loads(out)["num_generated"] == 8
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--speculate", "3"], "speculation needs a drafter"),
+        (["--draft", "ngram", "--speculate", "-1"], r"speculate must be in \[0, 32\]"),
+        (["--draft", "ngram", "--speculate", "lots"], "speculate must be an integer or 'auto'"),
+        (["--draft", "ngram", "--acceptor", "nope"], "unknown acceptor 'nope'"),
+        (["--draft", "ngram", "--acceptor", "collections:OrderedDict"], "is not a TokenAcceptor"),
+        (["--draft", "ngram", "--acceptor", "no_such_module:X"], "cannot load acceptor"),
+    ],
+)
+def test_bad_speculation_options(model_dir, capsys, extra, message):
+    import re
+
+    code, _, err = _run(capsys, "generate", "--model", str(model_dir), *extra, "hi")
+    assert code == 2 and re.search(message, err), err
+
+
+def test_mismatched_draft_tokenizer_is_refused(model_dir, tmp_path, capsys):
+    import shutil
+
+    other = tmp_path / "other-tokenizer"
+    shutil.copytree(model_dir, other)
+    tok = json.loads((other / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab["<unk2>"] = vocab.pop("~")  # same size, one token differs
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    code, _, err = _run(capsys, "generate", "--model", str(model_dir), "--draft", str(other), "hi")
+    assert code == 2 and "tokenizer differs from the target's" in err
