@@ -4,9 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 TARGET ?= qwen2.5-coder-1.5b-instruct
+DRAFT ?= qwen2.5-coder-0.5b-instruct
 DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number, with a docstring.
 
-.PHONY: venv demo test test-slow lint bench-plain clean
+.PHONY: venv demo test test-slow lint bench-plain bench-spec clean
 
 venv: $(STAMP)
 
@@ -17,9 +18,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
+# Plain vs speculative decoding, side by side, on the default pair.
 demo: $(STAMP)
 	$(VENV)/bin/specdec models pull $(TARGET)
-	$(VENV)/bin/specdec generate --model $(TARGET) --chat --max-tokens 128 "$(DEMO_PROMPT)"
+	$(VENV)/bin/specdec models pull $(DRAFT)
+	$(VENV)/bin/specdec generate --model $(TARGET) --draft $(DRAFT) --speculate auto \
+		--compare --chat --max-tokens 128 "$(DEMO_PROMPT)"
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check specdec tests scripts examples
@@ -33,6 +37,10 @@ lint: $(STAMP)
 
 bench-plain: $(STAMP)
 	$(PY) scripts/bench_plain.py
+
+bench-spec: $(STAMP)
+	mkdir -p bench-out
+	$(PY) scripts/bench_spec.py --out bench-out/spec.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -4,13 +4,14 @@ import math
 
 import pytest
 import torch
-from tiny import hf_tiny, native_from_hf
 
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import Engine
+
+from tiny import hf_tiny, native_from_hf
 
 PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 8, 7, 7, 8, 7]]
 N = 25

@@ -4,9 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
-from tiny import hf_tiny, tiny_tokenizer
 
 from specdec.cli import main
+
+from tiny import hf_tiny, tiny_tokenizer
 
 
 @pytest.fixture(scope="module")

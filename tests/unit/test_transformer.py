@@ -2,9 +2,10 @@
 
 import pytest
 import torch
-from tiny import hf_tiny, native_from_hf
 
 from specdec.models.config import ModelConfig
+
+from tiny import hf_tiny, native_from_hf
 
 
 def _logits(model, tokens, max_len=64):
