@@ -171,3 +171,19 @@ def test_seeded_sampling_is_deterministic_with_speculation(setup, tokenizer):
     first = [c.token_ids for c in engine.generate(PROMPTS, params)]
     again = [c.token_ids for c in engine.generate(PROMPTS, params)]
     assert first == again
+
+
+def test_padded_vocabularies_line_up(tokenizer):
+    """Target and draft embedding tables padded past the tokenizer's 97 ids, differently."""
+    target = native_from_hf(hf_tiny("qwen2", vocab_size=128))
+    draft = native_from_hf(hf_tiny("qwen2", seed=2, vocab_size=112, num_hidden_layers=1))
+    params = SamplingParams(temperature=0, max_tokens=N)
+    refs = [c.token_ids for c in Engine(target, tokenizer, frozenset()).generate(PROMPTS, params)]
+    factory = lambda b, length: DraftModelDrafter(draft, 128, 97, b, length)  # noqa: E731
+    out = _spec(target, tokenizer, factory, 4).generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+    drafted = factory(1, 64)
+    drafted.admit([[5, 6, 7]])
+    proposal = drafted.propose(3, [SamplingParams(temperature=1.0)], [torch.Generator()])
+    assert proposal.probs.shape == (1, 3, 128)
+    assert proposal.probs[..., 97:].sum() == 0 and (proposal.tokens < 97).all()
