@@ -27,12 +27,13 @@ class LossyTopNAcceptor:
         k = draft.tokens.shape[1]
         top = target_probs[:, :k].topk(self.top_n, dim=-1).indices  # [B, k, top_n]
         in_top = (top == draft.tokens[..., None]).any(-1)  # [B, k]
-        in_draft = torch.arange(k)[None, :] < draft.lengths[:, None]
+        device = target_probs.device
+        in_draft = torch.arange(k, device=device)[None, :] < draft.lengths.to(device)[:, None]
         num_accepted = (in_top & in_draft).long().cumprod(1).sum(1)  # [B]
         # Accepted prefix, then the target's argmax at the first rejected position, then -1.
         best = target_probs.argmax(-1)  # [B, k+1]
         tokens = torch.cat([draft.tokens, best[:, k:]], 1)
-        positions = torch.arange(k + 1)[None, :]
+        positions = torch.arange(k + 1, device=device)[None, :]
         tokens = torch.where(positions < num_accepted[:, None], tokens, -1)
         tokens.scatter_(1, num_accepted[:, None], best.gather(1, num_accepted[:, None]))
         return Verdict(tokens=tokens, num_accepted=num_accepted)

@@ -43,7 +43,7 @@ import torch
 class Draft:
     tokens: torch.Tensor  # [B, k] long; positions >= lengths[b] hold any valid id
     probs: torch.Tensor | None  # [B, k, V] draft distribution q, or None (one-hot)
-    lengths: torch.Tensor  # [B] long, tokens really proposed per row (<= k)
+    lengths: torch.Tensor  # [B] long on the host, tokens really proposed per row (<= k)
 
     @property
     def k(self) -> int:
@@ -78,6 +78,7 @@ def _draft_token_probs(probs: torch.Tensor | None, tokens: torch.Tensor) -> torc
 def _first_rejection(accept: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Accepted prefix length `[B]` from per-position decisions `accept [B, k]`."""
     k = accept.shape[1]
+    lengths = lengths.to(accept.device)  # Draft.lengths lives on the host
     in_draft = torch.arange(k, device=accept.device)[None, :] < lengths[:, None]
     return (accept & in_draft).long().cumprod(dim=1).sum(dim=1)
 
@@ -134,7 +135,7 @@ class RejectionSampler:
 
         p_next = target_probs.gather(1, n[:, None, None].expand(-1, 1, target_probs.shape[2]))
         p_next = p_next[:, 0]  # [B, V]: p at the first rejected position (or the bonus one)
-        rejected = n < draft.lengths
+        rejected = n < draft.lengths.to(device)
         if k and bool(rejected.any()):
             q_next = _q_at(draft, n.clamp(max=k - 1), p_next.shape[1])  # [B, V]
             residual = (p_next - q_next).clamp_min(0)
