@@ -32,6 +32,12 @@ def _generate_args(sub) -> None:
     )
     p.add_argument("--k-max", type=int, default=8, help="largest window 'auto' may choose")
     p.add_argument(
+        "--draft-quant",
+        default=None,
+        choices=["int4", "none"],
+        help="draft model weights in 4 bits (default on CPU; lossless: only q changes)",
+    )
+    p.add_argument(
         "--acceptor",
         default="rejection",
         help="rejection (lossless) | greedy | typical (lossy) | module:Class",
@@ -80,6 +86,7 @@ def cmd_generate(args) -> None:
         speculate=args.speculate,
         acceptor=args.acceptor,
         k_max=args.k_max,
+        draft_quant=args.draft_quant,
         dtype=args.dtype,
         device=args.device,
         max_batch=args.max_batch,

@@ -89,15 +89,28 @@ class AdaptiveWindow:
     `margin` faster than plain decoding, so noise does not make speculation hurt; every
     `probe_every` steps it tries the full window again, so acceptance that recovers (or
     costs that change) are noticed.
+
+    Acceptance per position is estimated from decayed counts (each step's counts weigh
+    `decay` times the previous ones: a memory of about 1 / (1 - decay) steps) with a
+    uniform prior, so one unlucky rejection at batch 1 does not swing the window.
     """
 
-    def __init__(self, k_max: int = 8, probe_every: int = 24, margin: float = 0.03) -> None:
+    def __init__(
+        self, k_max: int = 8, probe_every: int = 24, margin: float = 0.03, decay: float = 0.98
+    ) -> None:
         self.k_max = k_max
         self.probe_every = probe_every
         self.margin = margin
+        self.decay = decay
         self.costs = CostModel()
-        self.alpha: list[float] = []  # acceptance per draft position, running average
+        self._reached: list[float] = []  # decayed count of rows that tested position i
+        self._kept: list[float] = []  # ... and that kept it
         self._steps = 0
+
+    @property
+    def alpha(self) -> list[float]:
+        """Conditional acceptance per draft position (Laplace-smoothed decayed counts)."""
+        return [(k + 1) / (r + 2) for k, r in zip(self._kept, self._reached, strict=True)]
 
     def choose(self, rows: int) -> int:
         self._steps += 1
@@ -121,13 +134,13 @@ class AdaptiveWindow:
         """Feed back one step: its timings and, per position, drafted/accepted row counts."""
         self.costs.observe_verify(rows, k + 1, verify_s)
         self.costs.observe_draft(rows, k, draft_s)
+        grow = len(drafted_at) - len(self._reached)
+        if grow > 0:
+            self._reached += [0.0] * grow
+            self._kept += [0.0] * grow
         for i, (d, a) in enumerate(zip(drafted_at, accepted_at, strict=True)):
-            if d == 0:
-                continue
-            if i >= len(self.alpha):
-                self.alpha.append(a / d)
-            else:
-                self.alpha[i] = _blend(self.alpha[i], a / d)
+            self._reached[i] = self.decay * self._reached[i] + d
+            self._kept[i] = self.decay * self._kept[i] + a
 
 
 class FixedWindow:

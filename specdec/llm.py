@@ -26,6 +26,7 @@ from specdec.drafters.draft_model import check_same_tokenizer
 from specdec.engine import Completion, Engine
 from specdec.errors import InvalidParameterError
 from specdec.models.loading import load_transformer
+from specdec.models.quant import quantize_int4
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
 MAX_WINDOW = 32
@@ -40,6 +41,9 @@ class LLM:
         measured acceptance and costs, up to `k_max`). Defaults to "auto" with a drafter.
     acceptor: "rejection" (lossless, default), "greedy" (lossless for greedy requests),
         "typical" (lossy), "module:Class" (a user's TokenAcceptor), or an instance.
+    draft_quant: "int4" (default on CPU) stores the draft model's projections in 4 bits,
+        halving a draft step's cost; it changes only q, which the lossless acceptors
+        correct, never the output distribution. "none" keeps the draft in `dtype`.
     """
 
     def __init__(
@@ -50,6 +54,7 @@ class LLM:
         speculate: int | str | None = None,
         acceptor: str | TokenAcceptor = "rejection",
         k_max: int = 8,
+        draft_quant: str | None = None,
         dtype: str = "bf16",
         device: str = "cpu",
         max_batch: int = 8,
@@ -64,7 +69,11 @@ class LLM:
         self.name = model
         self.tokenizer = load_tokenizer(path)
         self.model = load_transformer(path, dtype, torch.device(device))
-        factory = self._drafter_factory(draft, dtype, device) if draft else None
+        if draft_quant is None:
+            draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
+        if draft_quant not in ("int4", "none"):
+            raise InvalidParameterError(f"draft_quant must be int4 or none, got {draft_quant!r}")
+        factory = self._drafter_factory(draft, dtype, device, draft_quant) if draft else None
         self.eos_ids = eos_token_ids(path, self.tokenizer)
         self.engine = Engine(
             self.model, self.tokenizer, self.eos_ids, max_batch, factory, acceptor, window
@@ -74,7 +83,7 @@ class LLM:
         """The same target without speculation, for side-by-side comparisons."""
         return Engine(self.model, self.tokenizer, self.eos_ids, self.engine.max_batch)
 
-    def _drafter_factory(self, draft: str, dtype: str, device: str):
+    def _drafter_factory(self, draft: str, dtype: str, device: str, quant: str):
         if draft == "ngram":
             return lambda max_batch, max_len: NgramDrafter()
         from specdec.models.registry import resolve
@@ -82,6 +91,8 @@ class LLM:
         path = resolve(draft, dtype)
         check_same_tokenizer(self.tokenizer, load_tokenizer(path))
         self.draft_model = load_transformer(path, dtype, torch.device(device))
+        if quant == "int4":
+            quantize_int4(self.draft_model)
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
         return lambda max_batch, max_len: DraftModelDrafter(
             self.draft_model, vocab, tok_size, max_batch, max_len

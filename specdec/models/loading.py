@@ -68,8 +68,9 @@ def _has_bias(fused: str, cfg: ModelConfig) -> bool:
 def _plain_names(cfg: ModelConfig) -> Iterator[tuple[str, str]]:
     yield "embed_tokens.weight", "model.embed_tokens.weight"
     yield "norm.weight", "model.norm.weight"
-    yield "lm_head.weight", (
-        "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
+    yield (
+        "lm_head.weight",
+        ("model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"),
     )
     for i in range(cfg.num_layers):
         prefix = f"model.layers.{i}."

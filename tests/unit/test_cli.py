@@ -127,10 +127,14 @@ def test_speculative_json_has_spec_metrics_and_matches_plain(model_dir, capsys):
         "def f(",
     ]
     _, plain, _ = _run(capsys, *base)
-    code, spec, _ = _run(capsys, *base, "--draft", str(model_dir), "--speculate", "3")
+    spec_args = ["--draft", str(model_dir), "--speculate", "3"]
+    code, spec, _ = _run(capsys, *base, *spec_args, "--draft-quant", "none")
     assert code == 0
     plain_row, spec_row = json.loads(plain), json.loads(spec)
     assert spec_row["token_ids"] == plain_row["token_ids"]
+    # The default int4 draft drafts differently but the output is the target's all the same.
+    _, quantized, _ = _run(capsys, *base, *spec_args)
+    assert json.loads(quantized)["token_ids"] == plain_row["token_ids"]
     s = spec_row["spec"]
     assert s["drafted_tokens"] > 0 and s["acceptance_rate"] == 1.0  # self-drafting
     assert s["mean_accepted_length"] == 4.0 and len(s["acceptance_per_position"]) == 3
