@@ -19,6 +19,7 @@ import time
 import torch
 import transformers
 
+from specdec.bench.peers import hf_greedy
 from specdec.config import SamplingParams
 from specdec.engine import Engine
 from specdec.models.loading import load_transformer, torch_dtype
@@ -63,19 +64,10 @@ def time_native(engine: Engine, prompt: list[int], n: int) -> float:
 
 
 def time_hf(model, prompt: list[int], n: int) -> float:
-    ids = torch.tensor([prompt])
     t0 = time.perf_counter()
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        do_sample=False,
-        max_new_tokens=n,
-        min_new_tokens=n,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
+    out = hf_greedy(model, prompt, n)
     elapsed = time.perf_counter() - t0
-    assert out.shape[1] - len(prompt) == n
+    assert len(out) == n
     return elapsed
 
 

@@ -23,6 +23,7 @@ import torch
 import transformers
 
 from specdec.acceptors import RejectionSampler
+from specdec.bench.peers import hf_greedy
 from specdec.bench.workloads import CODE_PROMPTS, sharegpt_prompts
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
@@ -77,17 +78,7 @@ def run_hf(model, prompts, max_tokens: int, eos: list[int], assistant=None) -> d
     t0 = time.perf_counter()
     token_ids = []
     for p in prompts:
-        ids = torch.tensor([p])
-        out = model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            max_new_tokens=max_tokens,
-            eos_token_id=eos,
-            pad_token_id=eos[0],
-            assistant_model=assistant,
-        )
-        token_ids.append(out[0, len(p) :].tolist())
+        token_ids.append(hf_greedy(model, p, max_tokens, eos, assistant))
     wall = time.perf_counter() - t0
     tokens = sum(len(t) for t in token_ids)
     return {

@@ -84,43 +84,70 @@ class CostModel:
 class AdaptiveWindow:
     """`--speculate auto`: picks k each step from measured acceptance and costs.
 
-    For each batch size it first measures plain decoding (k = 0) and a full window
+    For each batch size it first measures plain decoding (k = 0) and a few full windows
     (k = k_max), then exploits `best_window`. A window only wins if it is predicted to be
-    `margin` faster than plain decoding, so noise does not make speculation hurt; every
-    `probe_every` steps it tries the full window again, so acceptance that recovers (or
-    costs that change) are noticed.
+    `margin` faster than plain decoding, so noise does not make speculation hurt. Every
+    `probe_every` steps it tries a window two longer than its choice (k = 1 when speculation
+    is off), so acceptance that recovers and costs that change are noticed without paying
+    for long probes.
 
     Acceptance per position is estimated from decayed counts (each step's counts weigh
-    `decay` times the previous ones: a memory of about 1 / (1 - decay) steps) with a
-    uniform prior, so one unlucky rejection at batch 1 does not swing the window.
+    `decay` times the previous ones: a memory of about 1 / (1 - decay) steps), shrunk
+    towards the pooled rate, so one unlucky rejection at batch 1 does not swing the window.
     """
 
     def __init__(
-        self, k_max: int = 8, probe_every: int = 24, margin: float = 0.03, decay: float = 0.98
+        self,
+        k_max: int = 8,
+        probe_every: int = 24,
+        margin: float = 0.03,
+        decay: float = 0.98,
+        prior_weight: float = 4.0,
+        explore_steps: int = 4,
     ) -> None:
         self.k_max = k_max
         self.probe_every = probe_every
         self.margin = margin
         self.decay = decay
+        self.prior_weight = prior_weight
         self.costs = CostModel()
         self._reached: list[float] = []  # decayed count of rows that tested position i
         self._kept: list[float] = []  # ... and that kept it
-        self._steps = 0
+        self.explore_steps = explore_steps
+        self._explored: dict[int, int] = {}  # rows -> full-window steps taken so far
+        self._since_probe = 0
 
     @property
     def alpha(self) -> list[float]:
-        """Conditional acceptance per draft position (Laplace-smoothed decayed counts)."""
-        return [(k + 1) / (r + 2) for k, r in zip(self._kept, self._reached, strict=True)]
+        """Conditional acceptance per draft position from decayed counts, shrunk towards
+        the rate pooled over all positions: positions the window rarely reaches (it stays
+        short when they look bad) borrow strength from the ones it reaches every step,
+        instead of staying at an arbitrary prior."""
+        pooled = (sum(self._kept) + 1) / (sum(self._reached) + 2)
+        weight = self.prior_weight
+        return [
+            (kept + weight * pooled) / (reached + weight)
+            for kept, reached in zip(self._kept, self._reached, strict=True)
+        ]
 
     def choose(self, rows: int) -> int:
-        self._steps += 1
         table = self.costs.verify_s.get(rows, {})
         if 1 not in table:
             return 0
-        if self.k_max + 1 not in table or self._steps % self.probe_every == 0:
+        explored = self._explored.get(rows, 0)
+        if explored < self.explore_steps:  # a few full windows first: costs and acceptance
+            self._explored[rows] = explored + 1
             return self.k_max
         k, speedup = self.costs.best_window(rows, self.alpha, self.k_max)
-        return k if speedup > 1 + self.margin else 0
+        k = k if speedup > 1 + self.margin else 0
+        self._since_probe += 1
+        if self._since_probe < self.probe_every:
+            return k
+        # Probe one step with a slightly longer window: cheap, and it refreshes the
+        # estimates the current choice depends on (k = 1 while speculation is off: the
+        # cheapest step that still measures whether the first draft token is accepted).
+        self._since_probe = 0
+        return min(self.k_max, k + 2) if k else 1
 
     def observe(
         self,

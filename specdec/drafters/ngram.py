@@ -37,7 +37,7 @@ class NgramDrafter:
         return []
 
     def propose(self, k, params, generators) -> Draft:
-        self._last = [self.lookup(h, k) for h in self.histories]
+        self._last = [self.lookup(h, k) if k else [] for h in self.histories]
         tokens = torch.zeros(len(self.histories), k, dtype=torch.long)
         for row, found in enumerate(self._last):
             tokens[row, : len(found)] = torch.tensor(found, dtype=torch.long)

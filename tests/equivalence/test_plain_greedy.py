@@ -1,23 +1,8 @@
 """Plain greedy decoding on the native model == transformers' greedy `generate`, in fp32."""
 
-import torch
-
+from specdec.bench.peers import hf_greedy
 from specdec.config import SamplingParams
 from specdec.engine import Engine
-
-
-def _hf_greedy(hf, prompt, n):
-    out = hf.generate(
-        torch.tensor([prompt]),
-        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-        max_new_tokens=n,
-        min_new_tokens=n,
-        do_sample=False,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
-    return out[0, len(prompt) :].tolist()
-
 
 PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33]]
 
@@ -27,15 +12,13 @@ def test_greedy_matches_transformers_generate(hf_and_native, tokenizer):
     engine = Engine(native, tokenizer, eos_ids=frozenset({1}))
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     for prompt in PROMPTS:
-        assert engine.generate([prompt], params)[0].token_ids == _hf_greedy(hf, prompt, 24)
+        assert engine.generate([prompt], params)[0].token_ids == hf_greedy(hf, prompt, 24)
 
 
 def test_batched_ragged_greedy_equals_each_prompt_alone(hf_and_native, tokenizer):
     _, native = hf_and_native
     engine = Engine(native, tokenizer, eos_ids=frozenset({1}))
-    params = [
-        SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (20, 7, 13)
-    ]
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in (20, 7, 13)]
     batched = engine.generate(PROMPTS, params)
     alone = [engine.generate([p], q)[0] for p, q in zip(PROMPTS, params, strict=True)]
     assert [c.token_ids for c in batched] == [c.token_ids for c in alone]

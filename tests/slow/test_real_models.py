@@ -4,6 +4,7 @@ import pytest
 import torch
 import transformers
 
+from specdec.bench.peers import hf_greedy
 from specdec.config import SamplingParams
 from specdec.engine import Engine
 from specdec.models.loading import load_transformer
@@ -42,14 +43,7 @@ def test_greedy_matches_transformers_generate(pair):
     path, hf, native, tokenizer = pair
     prompt = encode_prompt(tokenizer, PROMPT, chat=True)
     n = 32
-    ref = hf.generate(
-        torch.tensor([prompt]),
-        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-        do_sample=False,
-        max_new_tokens=n,
-        min_new_tokens=n,
-        eos_token_id=None,
-    )[0, len(prompt) :].tolist()
+    ref = hf_greedy(hf, prompt, n)
     engine = Engine(native, tokenizer, eos_token_ids(path, tokenizer))
     ours = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
     assert ours[0].token_ids == ref
