@@ -31,39 +31,56 @@ def expected_tokens(alpha: list[float], k: int) -> float:
     return total
 
 
+def _interpolate(table: dict[int, float], x: int) -> float | None:
+    """Piecewise-linear through the measured points, extended by the nearest segment."""
+    if not table:
+        return None
+    if x in table:
+        return table[x]
+    points = sorted(table.items())
+    if len(points) == 1:
+        return points[0][1]
+    below = [p for p in points if p[0] < x][-2:]
+    above = [p for p in points if p[0] > x][:2]
+    pair = (below[-1:] + above[:1]) if below and above else (below or above)
+    (x0, y0), (x1, y1) = pair[0], pair[-1]
+    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+
 @dataclass
 class CostModel:
-    verify_s: dict[int, dict[int, float]] = field(default_factory=dict)  # rows -> {T: s}
+    """Measured seconds, keyed by what drives them.
+
+    A verify pass costs about the same for the same number of new tokens however they
+    split into rows (weights are read once per pass; the matmuls see rows * T rows), so its
+    table is keyed by total tokens and what one batch size measures serves the others. A
+    draft step is keyed by rows (one token per row).
+    """
+
+    verify_s: dict[int, float] = field(default_factory=dict)  # total new tokens -> s
     draft_step_s: dict[int, float] = field(default_factory=dict)  # rows -> s per draft token
 
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
-        table = self.verify_s.setdefault(rows, {})
-        table[tokens_per_row] = _blend(table.get(tokens_per_row), seconds)
+        key = rows * tokens_per_row
+        self.verify_s[key] = _blend(self.verify_s.get(key), seconds)
 
     def observe_draft(self, rows: int, k: int, seconds: float) -> None:
         if k > 0:
             self.draft_step_s[rows] = _blend(self.draft_step_s.get(rows), seconds / k)
 
     def verify_time(self, rows: int, tokens_per_row: int) -> float | None:
-        """Seconds for one target pass of `tokens_per_row` tokens on `rows` rows, linearly
-        interpolated (and extrapolated) between measured points; None before any."""
-        table = self.verify_s.get(rows)
-        if not table:
-            return None
-        if tokens_per_row in table:
-            return table[tokens_per_row]
-        points = sorted(table.items())
-        if len(points) == 1:
-            return points[0][1]
-        below = [p for p in points if p[0] < tokens_per_row] or points[:1]
-        above = [p for p in points if p[0] > tokens_per_row] or points[-1:]
-        (t0, s0), (t1, s1) = (below[-1], above[0]) if below[-1] != above[0] else points[-2:]
-        return s0 + (s1 - s0) * (tokens_per_row - t0) / (t1 - t0)
+        """Seconds for one target pass of `tokens_per_row` tokens on each of `rows` rows;
+        None before any measurement."""
+        return _interpolate(self.verify_s, rows * tokens_per_row)
+
+    def draft_time(self, rows: int) -> float | None:
+        """Seconds for one draft token on each of `rows` rows."""
+        return _interpolate(self.draft_step_s, rows)
 
     def predict(self, rows: int, alpha: list[float], k: int) -> float | None:
         """Predicted tokens per second per row for window k; None if a cost is unknown."""
         verify = self.verify_time(rows, k + 1)
-        draft = self.draft_step_s.get(rows, None) if k else 0.0
+        draft = self.draft_time(rows) if k else 0.0
         if verify is None or draft is None:
             return None
         return expected_tokens(alpha, k) / (k * draft + verify)
@@ -84,8 +101,9 @@ class CostModel:
 class AdaptiveWindow:
     """`--speculate auto`: picks k each step from measured acceptance and costs.
 
-    For each batch size it first measures plain decoding (k = 0) and a few full windows
-    (k = k_max), then exploits `best_window`. A window only wins if it is predicted to be
+    It first measures plain decoding (k = 0, once per batch size) and a few full windows
+    (k = k_max), then exploits `best_window`; costs measured at one batch size inform the
+    others through `CostModel`'s keying by total tokens. A window only wins if it is predicted to be
     `margin` faster than plain decoding, so noise does not make speculation hurt. Every
     `probe_every` steps it tries a window two longer than its choice (k = 1 when speculation
     is off), so acceptance that recovers and costs that change are noticed without paying
@@ -114,7 +132,7 @@ class AdaptiveWindow:
         self._reached: list[float] = []  # decayed count of rows that tested position i
         self._kept: list[float] = []  # ... and that kept it
         self.explore_steps = explore_steps
-        self._explored: dict[int, int] = {}  # rows -> full-window steps taken so far
+        self._explored = 0  # full-window steps taken so far
         self._since_probe = 0
 
     @property
@@ -131,12 +149,10 @@ class AdaptiveWindow:
         ]
 
     def choose(self, rows: int) -> int:
-        table = self.costs.verify_s.get(rows, {})
-        if 1 not in table:
+        if rows not in self.costs.verify_s:  # a plain pass of `rows` tokens, measured once
             return 0
-        explored = self._explored.get(rows, 0)
-        if explored < self.explore_steps:  # a few full windows first: costs and acceptance
-            self._explored[rows] = explored + 1
+        if self._explored < self.explore_steps:  # a few full windows: costs and acceptance
+            self._explored += 1
             return self.k_max
         k, speedup = self.costs.best_window(rows, self.alpha, self.k_max)
         k = k if speedup > 1 + self.margin else 0

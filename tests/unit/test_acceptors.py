@@ -334,8 +334,12 @@ def test_best_window():
     rates = [expected_tokens([0.6] * 8, j) / (j * 0.3 + 1 + 0.01 * j) for j in range(9)]
     assert k == max(range(9), key=rates.__getitem__) and 0 < k < 8
     assert speedup == pytest.approx(rates[k] / rates[0])
-    # Nothing measured for this batch size: plain decoding.
-    assert _costs(0.01).best_window(2, [0.95] * 8, 8) == (0, 1.0)
+    # Nothing measured at all: plain decoding.
+    assert CostModel().best_window(2, [0.95] * 8, 8) == (0, 1.0)
+    # Verify costs are keyed by total new tokens, so batch 1's measurements serve batch 3.
+    costs = _costs(0.01)
+    assert costs.verify_time(3, 3) == costs.verify_time(1, 9)
+    assert costs.draft_time(3) == pytest.approx(0.01)  # one measured batch size: reused
 
 
 def test_cost_model_interpolates_and_averages():
