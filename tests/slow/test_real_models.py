@@ -47,3 +47,25 @@ def test_greedy_matches_transformers_generate(pair):
     engine = Engine(native, tokenizer, eos_token_ids(path, tokenizer))
     ours = engine.generate([prompt], SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
     assert ours[0].token_ids == ref
+
+
+@pytest.mark.parametrize("draft_quant", ["none", "int4"])
+def test_speculative_greedy_equals_plain_on_the_default_pair_fp32(draft_quant):
+    """The real pair in fp32: speculative output is plain greedy output, token for token."""
+    from specdec.bench.workloads import sharegpt_prompts
+    from specdec.llm import LLM
+
+    llm = LLM(
+        "qwen2.5-coder-1.5b-instruct",
+        draft="qwen2.5-coder-0.5b-instruct",
+        speculate=4,
+        draft_quant=draft_quant,
+        dtype="fp32",
+        max_batch=2,
+    )
+    prompts = [llm.encode(p, chat=True) for p in [PROMPT, *sharegpt_prompts(1, seed=0)]]
+    params = SamplingParams(temperature=0, max_tokens=48)
+    plain = llm.plain_engine().generate(prompts, params)
+    spec = llm.engine.generate(prompts, params)
+    assert [c.token_ids for c in spec] == [c.token_ids for c in plain]
+    assert all(c.stats.acceptance_rate > 0.3 for c in spec)
