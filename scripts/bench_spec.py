@@ -37,15 +37,17 @@ from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
 
 def forward_seconds(model, tokens_per_row: int, context: int = 200, repeats: int = 5) -> float:
-    """Median seconds of one batch-1 pass of `tokens_per_row` tokens after `context`."""
+    """Median seconds of one batch-1 pass of `tokens_per_row` tokens after `context`
+    (after two unmeasured passes: the first calls of a shape are slower)."""
     cache = model.new_cache(1, context + tokens_per_row + 1)
     with torch.inference_mode():
         model(torch.randint(0, 1000, (1, context)), cache)
         times = []
-        for _ in range(repeats):
+        for i in range(repeats + 2):
             t0 = time.perf_counter()
             model(torch.randint(0, 1000, (1, tokens_per_row)), cache)
-            times.append(time.perf_counter() - t0)
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
             cache.truncate(torch.tensor([context]))
     return statistics.median(times)
 

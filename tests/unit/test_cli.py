@@ -217,3 +217,21 @@ def test_mismatched_draft_tokenizer_is_refused(model_dir, tmp_path, capsys):
     (other / "tokenizer.json").write_text(json.dumps(tok))
     code, _, err = _run(capsys, "generate", "--model", str(model_dir), "--draft", str(other), "hi")
     assert code == 2 and "tokenizer differs from the target's" in err
+
+
+def test_models_list(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path))
+    code, out, _ = _run(capsys, "models", "list")
+    assert code == 0
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names == [
+        "qwen2.5-coder-1.5b-instruct",
+        "qwen2.5-coder-0.5b-instruct",
+        "smollm2-135m-instruct",
+    ]
+    assert "converted: -" in out
+
+
+def test_models_pull_unknown_name(capsys):
+    code, _, err = _run(capsys, "models", "pull", "no-such-model")
+    assert code == 2 and "no-such-model" in err
