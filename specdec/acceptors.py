@@ -38,6 +38,8 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from specdec.sampling import sample
+
 
 @dataclass
 class Draft:
@@ -48,6 +50,15 @@ class Draft:
     @property
     def k(self) -> int:
         return self.tokens.shape[1]
+
+    @classmethod
+    def empty(cls, rows: int, device: torch.device | str = "cpu") -> Draft:
+        """No draft tokens (k = 0): the step is plain decoding."""
+        return cls(
+            tokens=torch.zeros(rows, 0, dtype=torch.long, device=device),
+            probs=None,
+            lengths=torch.zeros(rows, dtype=torch.long),
+        )
 
 
 @dataclass
@@ -101,13 +112,6 @@ def _q_at(draft: Draft, index: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.zeros(len(index), vocab, device=token.device).scatter_(1, token, 1.0)
 
 
-def _sample_rows(dist: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
-    """One token per row `[B]` from `dist [B, V]`, each row with its own generator."""
-    return torch.cat(
-        [torch.multinomial(dist[b], 1, generator=generators[b]) for b in range(dist.shape[0])]
-    )
-
-
 def _uniforms(k: int, generators: Sequence[torch.Generator], device) -> torch.Tensor:
     """`[B, k]` uniforms in [0, 1), row b from generators[b]."""
     return torch.stack([torch.rand(k, generator=g, device=device) for g in generators])
@@ -143,7 +147,7 @@ class RejectionSampler:
             # A zero residual only arises from rounding when p == q; p is then the answer.
             residual = torch.where(mass > 0, residual / mass.clamp_min(1e-30), p_next)
             p_next = torch.where(rejected[:, None], residual, p_next)
-        return _assemble(draft, n, _sample_rows(p_next, generators))
+        return _assemble(draft, n, sample(p_next, generators))
 
 
 class GreedyAcceptor:
@@ -189,7 +193,7 @@ class LossyTypicalAcceptor:
         n = _first_rejection(p_draft > threshold, draft.lengths)
         V = target_probs.shape[2]
         p_next = target_probs.gather(1, n[:, None, None].expand(-1, 1, V))[:, 0]
-        return _assemble(draft, n, _sample_rows(p_next, generators))
+        return _assemble(draft, n, sample(p_next, generators))
 
 
 ACCEPTORS: dict[str, type] = {

@@ -22,7 +22,7 @@ from specdec.drafters.base import Drafter
 from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.metrics import SpecStats
 from specdec.models.kv_cache import KVCache
-from specdec.models.transformer import Transformer
+from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import make_generator, param_tensors, probs_from_logits
 from specdec.tokenization import StopChecker
 
@@ -210,12 +210,10 @@ class Engine:
         generators = [s.generator for s in live]
         k = self.window.choose(B)
         t0 = time.perf_counter()
-        if k:
+        if drafter is None:
+            draft = Draft.empty(B, device)
+        else:  # at k = 0 a drafter proposes nothing but may keep its state in step
             draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
-        else:
-            draft = _empty_draft(B, device)
-            if drafter is not None:
-                drafter.propose(0, params, generators)
         t1 = time.perf_counter()
         # Verify: the last committed token and the draft, k+1 positions in one target pass.
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
@@ -244,15 +242,10 @@ class Engine:
 
     def _prefill(self, live: list[LiveSequence], cache: KVCache) -> torch.Tensor:
         """Run all prompts at once (right-padded); sample each row's first token `[B]`."""
-        lengths = torch.tensor([len(s.prompt_ids) for s in live])
-        tokens = torch.zeros(len(live), int(lengths.max()), dtype=torch.long)
-        for i, s in enumerate(live):
-            tokens[i, : len(s.prompt_ids)] = torch.tensor(s.prompt_ids)
-        out = self.model(
-            tokens.to(self.model.device), cache, num_new=lengths, logits_at=(lengths - 1)[:, None]
-        )
+        tokens, lengths = right_pad([s.prompt_ids for s in live], self.model.device)
+        out = self.model(tokens, cache, num_new=lengths, logits_at=(lengths - 1)[:, None])
         probs = self._probs(out.logits, [s.params for s in live])
-        draft = _empty_draft(len(live), self.model.device)
+        draft = Draft.empty(len(live), self.model.device)
         verdict = self.acceptor(draft, probs, [s.generator for s in live])
         return verdict.tokens[:, 0]
 
@@ -282,14 +275,6 @@ class Engine:
             finish_reason=seq.finish_reason or "length",
             stats=stats,
         )
-
-
-def _empty_draft(rows: int, device) -> Draft:
-    return Draft(
-        tokens=torch.zeros(rows, 0, dtype=torch.long, device=device),
-        probs=None,
-        lengths=torch.zeros(rows, dtype=torch.long),
-    )
 
 
 def _conditional_counts(accepted: torch.Tensor, draft: Draft) -> tuple[list[int], list[int]]:

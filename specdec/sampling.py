@@ -53,13 +53,13 @@ def _filter_sorted(scaled, top_k, top_p, filter_k: bool, filter_p: bool) -> torc
 def sample(
     probs: torch.Tensor,  # [N, V]
     generators: Sequence[torch.Generator | None],  # one per row
-    greedy: Sequence[bool],
+    greedy: Sequence[bool] | None = None,  # rows to take the argmax of; None = sample all
 ) -> torch.Tensor:  # [N] long
     """Draw one token per row from that row's own generator (argmax for greedy rows), so a
     request's output depends on its seed, not on which other requests share the batch."""
     rows = [
         probs[i].argmax(-1, keepdim=True)
-        if greedy[i]
+        if greedy is not None and greedy[i]
         else torch.multinomial(probs[i], 1, generator=generators[i])
         for i in range(probs.shape[0])
     ]

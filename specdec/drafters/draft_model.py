@@ -14,7 +14,7 @@ import torch
 
 from specdec.acceptors import Draft
 from specdec.errors import TokenizerMismatchError
-from specdec.models.transformer import Transformer
+from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import param_tensors, probs_from_logits, sample
 
 
@@ -64,14 +64,11 @@ class DraftModelDrafter:
         """Prefill the new rows (all but each history's last token) into the next slots."""
         start = self.rows
         self.pending.extend([h[-1]] for h in histories)
-        lengths = torch.tensor([len(h) - 1 for h in histories])
+        tokens, lengths = right_pad([list(h[:-1]) for h in histories], self.model.device)
         if int(lengths.max()) == 0:
             return
-        tokens = torch.zeros(len(histories), int(lengths.max()), dtype=torch.long)
-        for i, h in enumerate(histories):
-            tokens[i, : len(h) - 1] = torch.tensor(h[:-1], dtype=torch.long)
         self.model(
-            tokens.to(self.model.device),
+            tokens,
             self.cache,
             num_new=lengths,
             logits_at=torch.zeros(len(histories), 1, dtype=torch.long),
@@ -83,16 +80,12 @@ class DraftModelDrafter:
         B, device = self.rows, self.model.device
         self._k = k
         if k == 0:  # speculation is off this step: feed nothing, let pending grow
-            empty = torch.zeros(B, 0, dtype=torch.long, device=device)
-            return Draft(empty, None, torch.zeros(B, dtype=torch.long))
+            return Draft.empty(B, device)
         self._start = self.cache.lengths[:B].clone()
-        fed = torch.tensor([len(p) for p in self.pending])
-        tokens = torch.zeros(B, int(fed.max()), dtype=torch.long)
-        for row, pend in enumerate(self.pending):
-            tokens[row, : len(pend)] = torch.tensor(pend, dtype=torch.long)
+        tokens, fed = right_pad(self.pending, device)
         temps = param_tensors(params, device)
         greedy = [p.greedy for p in params]
-        out = self.model(tokens.to(device), self.cache, num_new=fed, logits_at=(fed - 1)[:, None])
+        out = self.model(tokens, self.cache, num_new=fed, logits_at=(fed - 1)[:, None])
         logits = out.logits[:, 0]
         drafted, qs = [], []
         for i in range(k):

@@ -29,6 +29,18 @@ class ForwardOutput:
     hidden: torch.Tensor  # [B, T, H] final-normed hidden states of every new position
 
 
+def right_pad(
+    sequences: list[list[int]], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token lists as one right-padded batch `[B, T]` (on `device`) and their lengths `[B]`
+    (on the host), the form `Transformer.forward` takes for a ragged batch."""
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+    tokens = torch.zeros(len(sequences), max(1, int(lengths.max())), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        tokens[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    return tokens.to(device), lengths
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()

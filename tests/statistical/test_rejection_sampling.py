@@ -26,11 +26,10 @@ from specdec.acceptors import (
     _draft_token_probs,
     _first_rejection,
     _q_at,
-    _sample_rows,
     _uniforms,
 )
 from specdec.config import SamplingParams
-from specdec.sampling import param_tensors, probs_from_logits
+from specdec.sampling import param_tensors, probs_from_logits, sample
 
 V, K = 6, 2
 N = 60_000  # rows per case: the acceptor loops over rows in Python (~25 us a row)
@@ -155,7 +154,7 @@ class _Biased(RejectionSampler):
         mass = recovered.sum(-1, keepdim=True)
         recovered = torch.where(mass > 0, recovered / mass.clamp_min(1e-30), p_next)
         p_next = torch.where(rejected[:, None], recovered, p_next)
-        return _assemble(draft, n, _sample_rows(p_next, generators))
+        return _assemble(draft, n, sample(p_next, generators))
 
 
 class FaithfulCopy(_Biased):

@@ -39,6 +39,7 @@ def best_k(a, c, verify):
 @pytest.mark.parametrize("a,c", [(0.9, 0.2), (0.7, 0.2), (0.8, 0.4), (0.95, 0.1)])
 def test_settles_near_the_best_window(a, c):
     """Where speculation clearly pays (>= 25% here), auto gets within 10% of the best k."""
+
     def verify(t):
         return 1 + 0.02 * (t - 1)
 
