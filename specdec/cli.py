@@ -1,4 +1,4 @@
-"""`specdec` command line: generate, models list|pull."""
+"""`specdec` command line: generate, models list|pull, bench."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import sys
 import time
 
+from specdec.bench import cli as bench_cli
 from specdec.errors import SpecdecError
 
 
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _generate_args(sub)
     _models_args(sub)
+    bench_cli.add_parser(sub)
     return parser
 
 
@@ -147,7 +149,8 @@ def cmd_models(args) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"generate": cmd_generate, "models": cmd_models}[args.command](args)
+        commands = {"generate": cmd_generate, "models": cmd_models, "bench": bench_cli.run}
+        commands[args.command](args)
     except SpecdecError as err:
         print(f"specdec: error: {err}", file=sys.stderr)
         return 2

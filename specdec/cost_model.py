@@ -9,6 +9,9 @@ One implementation serves `--speculate auto` and the benchmarks' predictions:
   the special case of equal alphas).
 - `best_window` maximises expected tokens per second over k = 0..k_max; k = 0 is plain
   decoding, so the choice is never predicted to be slower than not speculating.
+- `predict_speedup` is the same prediction for one given k; the benchmarks call it (and
+  `best_window`) with costs they measured up front (`CostModel.measured`), so their
+  predicted figures and `auto`'s choices come from one formula.
 """
 
 from __future__ import annotations
@@ -29,6 +32,17 @@ def expected_tokens(alpha: list[float], k: int) -> float:
         run *= alpha[min(i, len(alpha) - 1)] if alpha else 0.0
         total += run
     return total
+
+
+def conditional_acceptance(per_position: list[float]) -> list[float]:
+    """SpecStats' acceptance per position (P(draft token i kept | it was drafted), which
+    includes rejections at earlier positions) -> the conditional alpha[i] = P(i kept | all
+    before it kept) that `expected_tokens` takes. Zero once a position is never reached."""
+    alpha, before = [], 1.0
+    for kept in per_position:
+        alpha.append(min(1.0, kept / before) if before > 0 else 0.0)
+        before = kept
+    return alpha
 
 
 def _interpolate(table: dict[int, float], x: int) -> float | None:
@@ -60,6 +74,18 @@ class CostModel:
     verify_s: dict[int, float] = field(default_factory=dict)  # total new tokens -> s
     draft_step_s: dict[int, float] = field(default_factory=dict)  # rows -> s per draft token
 
+    @classmethod
+    def measured(
+        cls, rows: int, verify_curve: dict[int, float], draft_step_s: float
+    ) -> CostModel:
+        """Costs measured up front at one batch size (the benchmarks' way): `verify_curve`
+        maps k to the seconds of a pass of k+1 tokens per row (k = 0 is a plain step),
+        `draft_step_s` is one draft token per row (0 for a free drafter such as n-gram)."""
+        return cls(
+            verify_s={rows * (k + 1): s for k, s in verify_curve.items()},
+            draft_step_s={rows: draft_step_s},
+        )
+
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
         key = rows * tokens_per_row
         self.verify_s[key] = _blend(self.verify_s.get(key), seconds)
@@ -87,15 +113,23 @@ class CostModel:
 
     def best_window(self, rows: int, alpha: list[float], k_max: int) -> tuple[int, float]:
         """(k, predicted speedup over k = 0) maximising predicted tokens per second."""
-        plain = self.predict(rows, alpha, 0)
-        if plain is None:
-            return 0, 1.0
-        best_k, best = 0, plain
+        best_k, best = 0, 1.0
         for k in range(1, k_max + 1):
-            rate = self.predict(rows, alpha, k)
-            if rate is not None and rate > best:
-                best_k, best = k, rate
-        return best_k, best / plain
+            speedup = predict_speedup(self, rows, alpha, k)
+            if speedup is not None and speedup > best:
+                best_k, best = k, speedup
+        return best_k, best
+
+
+def predict_speedup(costs: CostModel, rows: int, alpha: list[float], k: int) -> float | None:
+    """Predicted tokens per second of window k over plain decoding (k = 0) at `rows` rows:
+    expected_tokens(alpha, k) / (k * draft + verify(k + 1)) * verify(1). None while a cost
+    is unknown."""
+    plain = costs.predict(rows, alpha, 0)
+    spec = costs.predict(rows, alpha, k)
+    if plain is None or spec is None or plain <= 0:
+        return None
+    return spec / plain
 
 
 class AdaptiveWindow:

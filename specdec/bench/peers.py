@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -12,15 +14,77 @@ def hf_greedy(
 ) -> list[int]:
     """transformers' greedy `generate` (assisted generation when `assistant` is given):
     the new token ids. With `eos=None` it generates exactly `max_tokens`."""
-    ids = torch.tensor([list(prompt)])
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        do_sample=False,
-        max_new_tokens=max_tokens,
-        min_new_tokens=max_tokens if eos is None else None,
-        eos_token_id=list(eos) if eos else None,
-        pad_token_id=eos[0] if eos else 0,
-        assistant_model=assistant,
+    return hf_generate(model, [prompt], max_tokens, eos, assistant=assistant)[0]
+
+
+def hf_generate(
+    model,
+    prompts: Sequence[Sequence[int]],
+    max_tokens: int,
+    eos: Sequence[int] | None = None,
+    temperature: float = 0.0,
+    assistant=None,
+    seed: int = 0,
+) -> list[list[int]]:
+    """transformers `generate` on a batch (left-padded, as it expects), greedy at
+    temperature 0 and plain sampling otherwise: each row's new tokens up to and including
+    its first EOS. Assisted generation (`assistant`) only takes one row.
+
+    transformers samples from the global RNG: it is seeded inside `fork_rng`, so the
+    caller's random state is left as it was."""
+    pad = eos[0] if eos else 0
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts])  # [B, width]
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    sample = temperature > 0
+    with torch.random.fork_rng(devices=[]), torch.inference_mode():
+        torch.manual_seed(seed)
+        out = model.generate(
+            ids.to(model.device),
+            attention_mask=mask.to(model.device),
+            do_sample=sample,
+            temperature=temperature if sample else None,
+            top_k=0 if sample else None,
+            top_p=1.0 if sample else None,
+            max_new_tokens=max_tokens,
+            min_new_tokens=max_tokens if eos is None else None,
+            eos_token_id=list(eos) if eos else None,
+            pad_token_id=pad,
+            assistant_model=assistant,
+        )
+    rows = []
+    stops = set(eos or ())
+    for row in out[:, width:].tolist():
+        cut = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+        rows.append(row[:cut])
+    return rows
+
+
+def llamacpp_available() -> bool:
+    """llama-cpp-python is an optional extra (it builds llama.cpp from source)."""
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def llamacpp_generate(
+    gguf: Path, prompts: Sequence[Sequence[int]], max_tokens: int, temperature: float
+) -> list[list[int]]:
+    """llama.cpp on the GGUF file the model was converted from, one prompt at a time (its
+    high-level API decodes a single sequence): each prompt's new token ids."""
+    import llama_cpp
+
+    context = max(len(p) for p in prompts) + max_tokens + 8
+    llm = llama_cpp.Llama(
+        model_path=str(gguf), n_ctx=context, n_threads=torch.get_num_threads(), verbose=False
     )
-    return out[0, len(prompt) :].tolist()
+    rows = []
+    for i, prompt in enumerate(prompts):
+        llm.set_seed(i)
+        tokens = []
+        # Untruncated sampling at temperature 1 (its defaults are top-k 40, top-p 0.95).
+        stream = llm.generate(list(prompt), temp=temperature, top_k=0, top_p=1.0, reset=True)
+        for token in stream:
+            tokens.append(token)
+            if token == llm.token_eos() or len(tokens) >= max_tokens:
+                break
+        rows.append(tokens)
+    return rows

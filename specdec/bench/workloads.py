@@ -103,12 +103,16 @@ def sharegpt_prompts(n: int, seed: int = 0, min_chars: int = 40, max_chars: int 
     return random.Random(seed).sample(firsts, n)
 
 
-def synthetic_prompt(tokenizer, num_tokens: int, seed: int = 0) -> list[int]:
-    """A prompt of exactly `num_tokens` ids: ShareGPT text repeated and cut to length."""
+def synthetic_prompt(tokenizer, num_tokens: int, seed: int = 0, texts=None) -> list[int]:
+    """A prompt of exactly `num_tokens` ids: text repeated and cut to length, from ShareGPT
+    first turns or, given `texts`, from those (the code prompts make a prompt without the
+    ShareGPT package, for tests and offline runs)."""
     rng = random.Random(seed)
-    convs = sharegpt_conversations()
+    if texts is None:
+        convs = sharegpt_conversations()
+        texts = [(c.get("conversations") or [{}])[0].get("value", "") for c in convs]
     ids: list[int] = []
     while len(ids) < num_tokens:
-        turns = convs[rng.randrange(len(convs))].get("conversations") or [{}]
-        ids += tokenizer(turns[0].get("value", "") + "\n", add_special_tokens=False)["input_ids"]
+        text = texts[rng.randrange(len(texts))]
+        ids += tokenizer(text + "\n", add_special_tokens=False)["input_ids"]
     return ids[:num_tokens]

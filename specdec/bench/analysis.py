@@ -1,0 +1,123 @@
+"""Figures derived from the measured rows: speedups, predictions, cost per token.
+
+Recomputed from scratch every time results are saved, so a resumed run, a new price or a
+fix here never leaves stale numbers behind.
+
+Two speedups over plain decoding of the same group:
+- `speedup`: end-to-end tokens/s (prefill included), what a user waiting for the batch
+  sees; the issue's "auto >= 0.97x plain" is checked on it.
+- `decode_speedup`: decode phase only (wall time less prefill). The cost model predicts
+  this one (it prices target and draft steps, not the prefill), so predicted vs measured
+  compares like with like.
+
+Predictions come from `specdec.cost_model` with costs measured at the point's batch size
+and context (`costs.py`) and the acceptance per position the point measured:
+- fixed k: `predict_speedup(costs, B, alpha, k)`.
+- `auto`: what `AdaptiveWindow` would choose from the same inputs, `best_window` with its
+  margin (1.0 and k = 0 when speculation is not predicted to pay).
+- `predicted_from_tokens_per_pass`: the measured tokens per target pass over the measured
+  step cost, isolating the cost half of the model from the acceptance half.
+"""
+
+from __future__ import annotations
+
+from specdec.bench.costs import cost_model
+from specdec.cost_model import AdaptiveWindow, conditional_acceptance, predict_speedup
+
+AUTO_MARGIN = AdaptiveWindow().margin
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index where two outputs first differ; None when identical."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def derive(rows: list[dict], costs: dict, k_max: int, price_per_hour: float | None) -> None:
+    """Fill the derived fields of the "ok" rows in place."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    plain = {r["group"]: r for r in ok if r["method"] == "plain"}
+    for row in ok:
+        base = plain.get(row["group"])
+        row["speedup"] = _ratio(row["tokens_per_s"], base and base["tokens_per_s"])
+        row["decode_speedup"] = _ratio(
+            row.get("decode_tokens_per_s"), base and base.get("decode_tokens_per_s")
+        )
+        row["cost_per_million_tokens"] = (
+            round(price_per_hour / 3600 / row["tokens_per_s"] * 1e6, 4)
+            if price_per_hour and row["tokens_per_s"] > 0
+            else None
+        )
+        _compare_outputs(row, base)
+        _predict(row, costs.get(row.get("cost_key", "")), k_max)
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return round(x / y, 4) if x and y else None
+
+
+def _compare_outputs(row: dict, base: dict | None) -> None:
+    """Greedy only: the fraction of requests whose output equals plain decoding's, and
+    where each first departs (bf16 kernels of other shapes can flip near-ties)."""
+    row["same_output_as_plain"] = row["first_divergence"] = None
+    if row["temperature"] != 0 or base is None or "token_ids" not in row:
+        return
+    pairs = list(zip(row["token_ids"], base.get("token_ids") or [], strict=False))
+    if not pairs:
+        return
+    row["first_divergence"] = [first_difference(a, b) for a, b in pairs]
+    row["same_output_as_plain"] = round(
+        sum(d is None for d in row["first_divergence"]) / len(pairs), 4
+    )
+
+
+def _predict(row: dict, entry: dict | None, k_max: int) -> None:
+    row["predicted_speedup"] = row["predicted_best_k"] = None
+    row["predicted_from_tokens_per_pass"] = None
+    window = row.get("window")
+    per_position = row.get("acceptance_per_position")
+    if entry is None or window is None or per_position is None:
+        return
+    costs = cost_model(entry, free_draft=row["method"].startswith("ngram"))
+    rows = row["batch"]
+    alpha = conditional_acceptance(per_position)
+    if window == "auto":
+        k, speedup = costs.best_window(rows, alpha, k_max)
+        if speedup <= 1 + AUTO_MARGIN:
+            k, speedup = 0, 1.0
+        row["predicted_best_k"] = k
+    else:
+        k, speedup = window, predict_speedup(costs, rows, alpha, window)
+        step = k * costs.draft_time(rows) + costs.verify_time(rows, k + 1)
+        tokens_per_pass = row["mean_accepted_length"]
+        row["predicted_from_tokens_per_pass"] = round(
+            tokens_per_pass * costs.verify_time(rows, 1) / step, 4
+        )
+    row["predicted_speedup"] = None if speedup is None else round(speedup, 4)
+
+
+def best_k_by_group(rows: list[dict], costs: dict, k_max: int) -> dict[str, dict]:
+    """Per group: the best fixed k measured, and the best k and speedup the cost model
+    predicts from the widest fixed window's acceptance (it covers the most positions)."""
+    out: dict[str, dict] = {}
+    ok = [r for r in rows if r.get("status") == "ok" and isinstance(r.get("window"), int)]
+    for group in sorted({r["group"] for r in ok if r["method"].startswith("draft")}):
+        fixed = [r for r in ok if r["group"] == group and r["method"].startswith("draft")]
+        measured = max(fixed, key=lambda r: r["tokens_per_s"])
+        widest = max(fixed, key=lambda r: r["window"])
+        entry = costs.get(widest.get("cost_key", ""))
+        predicted_k = predicted = None
+        if entry is not None and widest.get("acceptance_per_position"):
+            alpha = conditional_acceptance(widest["acceptance_per_position"])
+            predicted_k, predicted = cost_model(entry).best_window(
+                widest["batch"], alpha, min(k_max, len(alpha))
+            )
+        out[group] = {
+            "measured_best_k": measured["window"],
+            "measured_best_speedup": measured.get("speedup"),
+            "predicted_best_k": predicted_k,
+            "predicted_best_speedup": None if predicted is None else round(predicted, 4),
+        }
+    return out

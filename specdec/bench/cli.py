@@ -1,0 +1,204 @@
+"""`specdec bench`: the sweep, written to a folder and resumable.
+
+    specdec bench --quick                      # minutes: SmolLM2, small sweep
+    specdec bench --out bench-out/full         # the full preset on the default pair (hours)
+    specdec bench --batches 1,4 --prompt-lens 64 --temperatures 0 --no-peers
+
+Every flag that names a sweep (workloads, lengths, batches, temperatures, methods)
+overrides the preset, so a long run can be done in slices into one folder: points already
+in its results.json are skipped, results are written after every point.
+
+Only the parser is imported with `specdec`'s CLI; torch, matplotlib and the runners load
+when `bench` runs.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from specdec.bench.plan import PEERS, PRESETS, Point, build_points, override
+from specdec.bench.results import ResultStore
+from specdec.errors import SpecdecError
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x)
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="benchmark sweep: results.json/csv, plots, summary")
+    p.add_argument("--quick", action="store_true", help="the quick preset (SmolLM2, minutes)")
+    p.add_argument("--out", default=None, help="output folder (default bench-out/<preset>)")
+    p.add_argument("--model", default=None, help="target (default: the preset's)")
+    p.add_argument("--draft", default=None, help="draft model (default: the preset's)")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--draft-quant", default=None, choices=["int4", "none"])
+    p.add_argument("--workloads", type=_names, default=None, help="code,sharegpt,synthetic")
+    p.add_argument("--prompt-lens", type=_ints, default=None, help="synthetic prompt lengths")
+    p.add_argument("--batches", type=_ints, default=None, help="e.g. 1,2,4,8,16")
+    p.add_argument("--temperatures", type=_floats, default=None, help="e.g. 0,1")
+    p.add_argument(
+        "--methods",
+        type=_names,
+        default=None,
+        help="plain,draft-kN,draft-auto,ngram-auto,ngram-kN,hf-generate,hf-assisted,llamacpp",
+    )
+    p.add_argument("--no-peers", action="store_true", help="skip transformers and llama.cpp")
+    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--prompts-per-point", type=int, default=None)
+    p.add_argument("--k-max", type=int, default=8, help="largest window auto may choose")
+    p.add_argument("--curve-ks", type=_ints, default=None, help="verify-cost curve k values")
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens")
+    p.add_argument(
+        "--synthetic-source",
+        default="sharegpt",
+        choices=["sharegpt", "code"],
+        help="text that synthetic prompts are cut from",
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all)")
+    p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
+    p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
+
+
+def _preset(args):
+    preset = PRESETS["quick" if args.quick else "full"]
+    preset = override(
+        preset,
+        model=args.model,
+        draft=args.draft,
+        workloads=args.workloads,
+        prompt_lens=args.prompt_lens,
+        batches=args.batches,
+        temperatures=args.temperatures,
+        methods=args.methods,
+        max_tokens=args.max_tokens,
+        prompts_per_point=args.prompts_per_point,
+        curve_ks=args.curve_ks,
+    )
+    if args.no_peers:
+        preset = override(preset, methods=tuple(m for m in preset.methods if m not in PEERS))
+    return preset
+
+
+def run(args) -> None:
+    import torch
+
+    from specdec.bench import report
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    preset = _preset(args)
+    out = Path(args.out or f"bench-out/{'quick' if args.quick else 'full'}")
+    config = {
+        "model": preset.model,
+        "draft": preset.draft,
+        "dtype": args.dtype,
+        "device": args.device,
+        "draft_quant": args.draft_quant,
+        "max_tokens": preset.max_tokens,
+        "prompts_per_point": preset.prompts_per_point,
+        "k_max": args.k_max,
+        "ignore_eos": args.ignore_eos,
+        "synthetic_source": args.synthetic_source,
+        "threads": args.threads,
+    }
+    store = ResultStore(out, config)
+    points = build_points(preset)
+    extra = {"machine": report.machine_description(args.device), "command": _command(preset, args)}
+    todo = [] if args.report_only else [p for p in points if not store.done(p.key)]
+    if todo:
+        _measure(todo, store, preset, args, extra)
+    _finish(store, points, preset, args, extra, out)
+
+
+def _command(preset, args) -> str:
+    """The command that measures exactly this sweep, every preset value spelled out."""
+    words = ["specdec", "bench"] + (["--quick"] if args.quick else [])
+    words += ["--model", preset.model, "--draft", preset.draft, "--dtype", args.dtype]
+    words += ["--device", args.device] if args.device != "cpu" else []
+    words += ["--draft-quant", args.draft_quant] if args.draft_quant else []
+    words += [
+        "--workloads", ",".join(preset.workloads),
+        "--prompt-lens", ",".join(map(str, preset.prompt_lens)),
+        "--batches", ",".join(map(str, preset.batches)),
+        "--temperatures", ",".join(f"{t:g}" for t in preset.temperatures),
+        "--methods", ",".join(preset.methods),
+        "--max-tokens", str(preset.max_tokens),
+        "--prompts-per-point", str(preset.prompts_per_point),
+        "--k-max", str(args.k_max),
+    ]  # fmt: skip
+    words += ["--ignore-eos"] if args.ignore_eos else []
+    words += ["--synthetic-source", args.synthetic_source]
+    words += ["--threads", str(args.threads)] if args.threads else []
+    words += ["--price-per-hour", f"{args.price_per_hour:g}"] if args.price_per_hour else []
+    return shlex.join(words)
+
+
+def _measure(todo: list[Point], store: ResultStore, preset, args, extra: dict) -> None:
+    from specdec.bench import analysis
+    from specdec.bench.runner import Runner, Skip, skipped_row
+
+    tqdm.write(f"specdec bench: {len(todo)} points to measure into {store.dir}", file=sys.stderr)
+    runner = Runner(
+        preset.model,
+        preset.draft,
+        args.dtype,
+        args.device,
+        args.k_max,
+        preset.max_tokens,
+        preset.prompts_per_point,
+        ignore_eos=args.ignore_eos,
+        synthetic_source=args.synthetic_source,
+        draft_quant=args.draft_quant,
+    )
+    bar = tqdm(todo, unit="point", dynamic_ncols=True, file=sys.stderr)
+    for point in bar:
+        bar.set_postfix_str(point.key, refresh=True)
+        try:
+            if point.window is not None and point.cost_key not in store.costs:
+                store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)
+            row = runner.measure(point)
+        except (Skip, SpecdecError) as err:
+            row = skipped_row(point, str(err))
+        store.add(row)
+        analysis.derive(list(store.rows.values()), store.costs, args.k_max, args.price_per_hour)
+        store.save(extra)
+        if row["status"] == "ok":
+            bar.write(_one_line(row), file=sys.stderr)
+
+
+def _one_line(row: dict) -> str:
+    speed = f" {row['speedup']:.2f}x" if row.get("speedup") else ""
+    acc = row.get("acceptance_rate")
+    return f"  {row['key']}: {row['tokens_per_s']:.2f} tok/s{speed}" + (
+        f", acceptance {acc:.2f}" if acc is not None else ""
+    )
+
+
+def _finish(store: ResultStore, points, preset, args, extra: dict, out: Path) -> None:
+    from specdec.bench import analysis, plots, report
+
+    rows = list(store.rows.values())
+    analysis.derive(rows, store.costs, args.k_max, args.price_per_hour)
+    store.save(extra)
+    order = {p.key: i for i, p in enumerate(points)}
+    ok = sorted(store.ok_rows(), key=lambda r: order.get(r["key"], len(order)))
+    skipped = [r for r in rows if r.get("status") == "skipped"]
+    made = plots.write_all(ok, store.costs, out)
+    best = analysis.best_k_by_group(ok, store.costs, args.k_max)
+    data = {"config": store.config, **extra, "costs": store.costs}
+    summary = report.write_summary(out, data, ok, skipped, best, made)
+    print(f"{len(ok)} points in {store.path}; summary: {summary}")

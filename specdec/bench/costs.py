@@ -1,0 +1,65 @@
+"""Measured costs the predictions are built from: the draft step c and the verify curve v(k).
+
+Measured once per (batch size, context length), outside the engine, on the loaded models:
+a verify pass of k+1 tokens per row after `context` committed tokens, and one draft token
+per row. The context is committed without computing it (the cache's lengths are advanced
+over zeros): attention reads the same number of bytes whatever the values, so the cost is
+the same and a 16 x 1024-token prefill is not paid twice.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from specdec.cost_model import CostModel
+
+WARMUP = 2  # unmeasured passes first: the first calls of a shape are slower
+
+
+def forward_seconds(model, rows: int, tokens_per_row: int, context: int, repeats: int = 3) -> float:
+    """Median seconds of one pass of `tokens_per_row` tokens on each of `rows` rows after
+    `context` committed positions (logits at every position, as a verify pass computes)."""
+    cache = model.new_cache(rows, context + tokens_per_row + 1)
+    cache.advance(torch.full((rows,), context, dtype=torch.long), slice(0, rows))
+    start = cache.lengths[:rows].clone()
+    vocab_limit = min(1000, model.config.vocab_size)
+    times = []
+    with torch.inference_mode():
+        for i in range(WARMUP + repeats):
+            tokens = torch.randint(0, vocab_limit, (rows, tokens_per_row), device=model.device)
+            if model.device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            model(tokens, cache).logits.sum().item()  # the sync of a real step
+            if i >= WARMUP:
+                times.append(time.perf_counter() - t0)
+            cache.truncate(start)
+    return statistics.median(times)
+
+
+def measure_costs(
+    target, draft, rows: int, context: int, ks: tuple[int, ...], repeats: int = 3
+) -> dict:
+    """{"verify_s": {k: s}, "draft_step_s", "c", "v": {k: verify(k) / verify(0)}}, keys as
+    strings so the dict survives JSON. `draft` None: a free drafter (c = 0)."""
+    ks = tuple(sorted(set(ks) | {0}))
+    verify = {k: forward_seconds(target, rows, k + 1, context, repeats) for k in ks}
+    draft_s = forward_seconds(draft, rows, 1, context, repeats) if draft is not None else 0.0
+    return {
+        "rows": rows,
+        "context": context,
+        "verify_s": {str(k): round(s, 6) for k, s in verify.items()},
+        "draft_step_s": round(draft_s, 6),
+        "c": round(draft_s / verify[0], 4),
+        "v": {str(k): round(s / verify[0], 4) for k, s in verify.items()},
+    }
+
+
+def cost_model(entry: dict, free_draft: bool = False) -> CostModel:
+    """The measured entry as the CostModel `--speculate auto` plans with; `free_draft` for
+    the n-gram drafter, whose proposals cost a lookup, not a forward pass."""
+    curve = {int(k): s for k, s in entry["verify_s"].items()}
+    return CostModel.measured(entry["rows"], curve, 0.0 if free_draft else entry["draft_step_s"])

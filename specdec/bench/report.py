@@ -1,0 +1,226 @@
+"""summary.md: the tables of a benchmark folder, ready to paste into docs/BENCHMARKS.md.
+
+Also states the issue's two checks in words, with the points that fail them, so a reader
+does not have to scan the table: `auto` at or above 0.97x plain everywhere, and predicted
+vs measured within 15% at batch 1.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import psutil
+import torch
+
+AUTO_FLOOR = 0.97  # "speculation never hurts", within noise
+PREDICTION_TOLERANCE = 0.15
+
+
+def machine_description(device: str) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    text = (
+        f"{cpu}, {psutil.cpu_count()} logical CPUs, {psutil.virtual_memory().total / 2**30:.0f} "
+        f"GiB RAM, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    )
+    if device.startswith("cuda") and torch.cuda.is_available():
+        text += f", GPU {torch.cuda.get_device_name(0)}"
+    return text
+
+
+def _f(x, fmt: str = "{:.2f}", none: str = "") -> str:
+    return none if x is None else fmt.format(x)
+
+
+def _ms(x) -> str:
+    return _f(None if x is None else x * 1000, "{:.0f}")
+
+
+def _prompt(r: dict) -> str:
+    return "natural" if r["prompt_len"] is None else str(r["prompt_len"])
+
+
+def results_table(rows: list[dict], price: bool) -> list[str]:
+    head = (
+        "| workload | prompt | mean prompt tok | batch | T | method | tok/s | speedup | "
+        "decode speedup | predicted | TPOT med / p90 (ms) | TTFT med (ms) | acceptance | "
+        "tokens / pass | same as plain |"
+    )
+    head += " $ / M tok |" if price else ""
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        predicted = _f(r.get("predicted_speedup"), "{:.2f}x")
+        if r.get("predicted_best_k") is not None:
+            predicted += f" (k={r['predicted_best_k']})"
+        tpot = f"{_ms(r.get('tpot_median_s'))} / {_ms(r.get('tpot_p90_s'))}"
+        line = (
+            f"| {r['workload']} | {_prompt(r)} | {r['prompt_tokens_mean']:.0f} | {r['batch']} | "
+            f"{r['temperature']:g} | {r['method']} | {r['tokens_per_s']:.2f} | "
+            f"{_f(r.get('speedup'), '{:.2f}x')} | {_f(r.get('decode_speedup'), '{:.2f}x')} | "
+            f"{predicted} | {tpot if r.get('tpot_median_s') is not None else ''} | "
+            f"{_ms(r.get('ttft_median_s'))} | {_f(r.get('acceptance_rate'), '{:.3f}')} | "
+            f"{_f(r.get('mean_accepted_length'))} | {_f(r.get('same_output_as_plain'), '{:.2f}')} |"
+        )
+        line += f" {_f(r.get('cost_per_million_tokens'), '{:.3f}')} |" if price else ""
+        lines.append(line)
+    return lines
+
+
+def erosion_table(rows: list[dict], method: str = "draft-auto") -> list[str]:
+    """Rows: workload and prompt length; columns: batch sizes; cells: speedup of `method`."""
+    sel = [r for r in rows if r["method"] == method and r.get("speedup") is not None]
+    if not sel:
+        return []
+    out = []
+    for temp in sorted({r["temperature"] for r in sel}):
+        at = [r for r in sel if r["temperature"] == temp]
+        batches = sorted({r["batch"] for r in at})
+        out += [
+            f"`{method}` speedup over plain (tokens/s), temperature {temp:g}:",
+            "",
+            "| workload | prompt | " + " | ".join(f"batch {b}" for b in batches) + " |",
+            "|---|---|" + "---|" * len(batches),
+        ]
+        for workload, length in dict.fromkeys((r["workload"], _prompt(r)) for r in at):
+            cells = {
+                r["batch"]: r["speedup"]
+                for r in at
+                if r["workload"] == workload and _prompt(r) == length
+            }
+            out.append(
+                f"| {workload} | {length} | "
+                + " | ".join(_f(cells.get(b), "{:.2f}x") for b in batches)
+                + " |"
+            )
+        out.append("")
+    return out
+
+
+def costs_table(costs: dict) -> list[str]:
+    if not costs:
+        return []
+    ks = sorted({int(k) for e in costs.values() for k in e["v"]})
+    out = [
+        "| batch | context | target step (ms) | c (draft step / target step) | "
+        + " | ".join(f"v({k})" for k in ks)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(ks),
+    ]
+    for entry in sorted(costs.values(), key=lambda e: (e["rows"], e["context"])):
+        v = entry["v"]
+        out.append(
+            f"| {entry['rows']} | {entry['context']} | {entry['verify_s']['0'] * 1000:.1f} | "
+            f"{entry['c']:.3f} | " + " | ".join(_f(v.get(str(k))) for k in ks) + " |"
+        )
+    return out
+
+
+def checks(rows: list[dict]) -> list[str]:
+    auto = [r for r in rows if r["method"].endswith("-auto") and r.get("speedup") is not None]
+    slow = [r for r in auto if r["speedup"] < AUTO_FLOOR]
+    out = [
+        f"- `auto` at or above {AUTO_FLOOR}x plain decoding: "
+        + (
+            f"**yes** at all {len(auto)} points"
+            if not slow
+            else f"**no** at {len(slow)} of {len(auto)} points: "
+            + "; ".join(f"{r['method']} {r['group']} {r['speedup']:.2f}x" for r in slow)
+        )
+    ]
+    b1 = [
+        r
+        for r in rows
+        if r["batch"] == 1 and r.get("predicted_speedup") and r.get("decode_speedup")
+    ]
+    off = [
+        r
+        for r in b1
+        if abs(r["predicted_speedup"] / r["decode_speedup"] - 1) > PREDICTION_TOLERANCE
+    ]
+    out.append(
+        f"- predicted vs measured (decode phase) within {PREDICTION_TOLERANCE:.0%} at batch 1: "
+        + (
+            f"**yes** at all {len(b1)} points"
+            if not off
+            else f"**no** at {len(off)} of {len(b1)} points: "
+            + "; ".join(
+                f"{r['method']} {r['group']} predicted {r['predicted_speedup']:.2f}x, "
+                f"measured {r['decode_speedup']:.2f}x"
+                for r in off
+            )
+        )
+    )
+    return out
+
+
+def best_k_table(best: dict) -> list[str]:
+    if not best:
+        return []
+    out = [
+        "| group | best fixed k measured | its speedup | best k predicted | predicted speedup |",
+        "|---|---|---|---|---|",
+    ]
+    for group, b in best.items():
+        out.append(
+            f"| {group} | {b['measured_best_k']} | {_f(b['measured_best_speedup'], '{:.2f}x')} | "
+            f"{_f(b['predicted_best_k'], '{}')} | {_f(b['predicted_best_speedup'], '{:.2f}x')} |"
+        )
+    return out
+
+
+def write_summary(
+    out: Path, data: dict, rows: list[dict], skipped: list[dict], best: dict, plots: list[Path]
+) -> Path:
+    config = data["config"]
+    price = any(r.get("cost_per_million_tokens") is not None for r in rows)
+    lines = [
+        "# Benchmark summary",
+        "",
+        f"**Machine:** {data.get('machine', '?')}  ",
+        f"**Target:** {config['model']}, **draft:** {config['draft']}, {config['dtype']} on "
+        f"{config['device']}; up to {config['max_tokens']} new tokens per request"
+        f"{' (ignore EOS)' if config.get('ignore_eos') else ' (stopping at EOS)'}, "
+        f"`auto` windows up to k = {config['k_max']}.  ",
+        f"**Command:** `{data.get('command', '')}`",
+        "",
+        "tok/s: generated tokens over the wall time of the whole point (prefill included); "
+        "speedup: over plain decoding of the same prompts; decode speedup: the same without "
+        "the prefill, which is what the cost model predicts.",
+        "",
+        "## Checks",
+        "",
+        *checks(rows),
+        "",
+        "## Speedup by batch size and prompt length",
+        "",
+        *erosion_table(rows),
+        "## All points",
+        "",
+        *results_table(rows, price),
+        "",
+        "## Cost model",
+        "",
+        "Measured verify cost v(k) (a pass of k+1 tokens per row over one token) and draft "
+        "step cost c, per batch size and context:",
+        "",
+        *costs_table(data.get("costs", {})),
+        "",
+        *best_k_table(best),
+        "",
+    ]
+    if skipped:
+        lines += ["## Skipped", ""]
+        reasons = dict.fromkeys(f"- {r['method']}: {r['reason']}" for r in skipped)
+        lines += [*reasons, ""]
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    path = out / "summary.md"
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,112 @@
+"""results.json / results.csv: written after every point, read back to resume.
+
+results.json holds `config` (what the numbers depend on: models, dtype, device, lengths),
+`costs` (the measured verify curve and draft cost per batch size and context) and `rows`
+(one per point, keyed by `Point.key`). A resumed run skips every point with an "ok" row;
+skipped points (a peer not installed) are tried again. A run with another config refuses
+the folder rather than mixing numbers that cannot be compared.
+
+Writes go to a temporary file renamed into place, so a run killed mid-write leaves the
+previous results.json whole.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+from specdec.errors import InvalidParameterError
+
+# CSV columns, in order; lists (acceptance per position) are joined with spaces.
+CSV_COLUMNS = (
+    "workload",
+    "prompt_len",
+    "prompt_tokens_mean",
+    "batch",
+    "temperature",
+    "method",
+    "status",
+    "requests",
+    "generated_tokens",
+    "wall_s",
+    "tokens_per_s",
+    "speedup",
+    "predicted_speedup",
+    "predicted_from_tokens_per_pass",
+    "predicted_best_k",
+    "tpot_median_s",
+    "tpot_p90_s",
+    "ttft_median_s",
+    "ttft_p90_s",
+    "acceptance_rate",
+    "mean_accepted_length",
+    "acceptance_per_position",
+    "same_output_as_plain",
+    "cost_per_million_tokens",
+    "reason",
+)
+
+
+class ResultStore:
+    def __init__(self, out_dir: Path, config: dict) -> None:
+        self.dir = Path(out_dir)
+        self.path = self.dir / "results.json"
+        self.config = config
+        self.costs: dict[str, dict] = {}
+        self.rows: dict[str, dict] = {}
+        if self.path.is_file():
+            data = json.loads(self.path.read_text())
+            if data.get("config") != config:
+                raise InvalidParameterError(
+                    f"{self.path} was measured with another configuration "
+                    f"({_diff(data.get('config') or {}, config)}): use another --out folder"
+                )
+            self.costs = data.get("costs", {})
+            self.rows = {row["key"]: row for row in data.get("rows", [])}
+
+    def done(self, key: str) -> bool:
+        row = self.rows.get(key)
+        return row is not None and row.get("status") == "ok"
+
+    def add(self, row: dict) -> None:
+        self.rows[row["key"]] = row
+
+    def ok_rows(self) -> list[dict]:
+        return [r for r in self.rows.values() if r.get("status") == "ok"]
+
+    def save(self, extra: dict | None = None) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        data = {"config": self.config, **(extra or {}), "costs": self.costs}
+        data["rows"] = list(self.rows.values())
+        _write_atomic(self.path, json.dumps(data, indent=1))
+        _write_atomic(self.dir / "results.csv", _csv(data["rows"]))
+
+
+def _diff(old: dict, new: dict) -> str:
+    keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
+
+
+def _csv(rows: list[dict]) -> str:
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CSV_COLUMNS)
+    for row in rows:
+        cells = []
+        for column in CSV_COLUMNS:
+            value = row.get(column)
+            if isinstance(value, list):
+                value = " ".join(str(v) for v in value)
+            cells.append("" if value is None else value)
+        writer.writerow(cells)
+    return buffer.getvalue()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

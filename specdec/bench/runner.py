@@ -1,0 +1,291 @@
+"""Measures one point: builds the prompts and the method's engine, times `generate`.
+
+Models are loaded once per run (the target with its draft through `LLM`, transformers'
+copies and llama.cpp only when a peer point asks for them). Each point gets a fresh engine
+and, for `auto`, a fresh window, so what it learned at one point never helps another.
+
+Timing is wall clock around one `generate` call over all the point's prompts (batches of
+`batch` at a time): tokens/s is generated tokens over that wall time, prefill included,
+as a user waiting for the whole batch sees it. TPOT and TTFT are per request, from the
+engine's own `SpecStats` (peers report neither).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+import time
+from collections.abc import Callable
+
+from specdec.bench import peers, workloads
+from specdec.bench.costs import measure_costs
+from specdec.bench.plan import Point
+from specdec.config import SamplingParams
+from specdec.drafters import NgramDrafter
+from specdec.engine import Engine
+from specdec.llm import LLM, build_acceptor, build_window
+from specdec.metrics import SpecStats
+from specdec.tokenization import encode_prompt
+
+
+class Skip(Exception):
+    """A point that cannot be measured here (a peer not installed, a prompt too long)."""
+
+
+def _percentile(xs: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (no interpolation: with 4 requests p90 is the slowest)."""
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
+def output_digest(token_ids: list[list[int]]) -> str:
+    return hashlib.sha1(repr(token_ids).encode()).hexdigest()[:12]
+
+
+class Runner:
+    def __init__(
+        self,
+        model: str,
+        draft: str | None,
+        dtype: str,
+        device: str,
+        k_max: int,
+        max_tokens: int,
+        prompts_per_point: int,
+        ignore_eos: bool = False,
+        synthetic_source: str = "sharegpt",
+        draft_quant: str | None = None,
+    ) -> None:
+        self.model_name, self.draft_name = model, draft
+        self.dtype, self.device, self.k_max = dtype, device, k_max
+        self.max_tokens, self.prompts_per_point = max_tokens, prompts_per_point
+        self.ignore_eos, self.synthetic_source = ignore_eos, synthetic_source
+        self.llm = LLM(
+            model, draft=draft, k_max=k_max, draft_quant=draft_quant, dtype=dtype, device=device
+        )
+        self._prompts: dict[str, list[list[int]]] = {}
+        self._hf: dict[str, object] = {}
+        self._warm: set[tuple[str, int]] = set()
+
+    # ------------------------------------------------------------------ prompts
+
+    def prompts(self, point: Point) -> list[list[int]]:
+        """The group's prompt ids (the same for every method): a whole number of batches,
+        at least `prompts_per_point`."""
+        n = point.batch * max(1, math.ceil(self.prompts_per_point / point.batch))
+        key = f"{point.workload}|{point.prompt_len}|{n}"
+        if key not in self._prompts:
+            self._prompts[key] = self._make_prompts(point.workload, point.prompt_len, n)
+        return self._prompts[key]
+
+    def _make_prompts(self, workload: str, length: int | None, n: int) -> list[list[int]]:
+        tok = self.llm.tokenizer
+        chat = bool(getattr(tok, "chat_template", None))
+        if workload == "code":
+            texts = [workloads.CODE_PROMPTS[i % len(workloads.CODE_PROMPTS)] for i in range(n)]
+            return [encode_prompt(tok, t, chat) for t in texts]
+        if workload == "sharegpt":
+            return [encode_prompt(tok, t, chat) for t in workloads.sharegpt_prompts(n, seed=0)]
+        texts = None if self.synthetic_source == "sharegpt" else workloads.CODE_PROMPTS
+        return [workloads.synthetic_prompt(tok, length, seed=i, texts=texts) for i in range(n)]
+
+    def params(self, point: Point, n: int) -> list[SamplingParams]:
+        """Greedy, or temperature sampling with a seed per request (repeatable)."""
+        return [
+            SamplingParams(
+                temperature=point.temperature,
+                max_tokens=self.max_tokens,
+                seed=i if point.temperature > 0 else None,
+                ignore_eos=self.ignore_eos,
+            )
+            for i in range(n)
+        ]
+
+    # ------------------------------------------------------------------ costs
+
+    def costs(self, point: Point, ks: tuple[int, ...]) -> dict:
+        """Verify curve and draft step cost at this point's batch size, at the context a
+        step sees half way through the generation."""
+        prompts = self.prompts(point)
+        context = round(statistics.mean(len(p) for p in prompts)) + self.max_tokens // 2
+        context = min(context, self.llm.model.config.max_position_embeddings - max(ks) - 2)
+        draft = getattr(self.llm, "draft_model", None)
+        return measure_costs(self.llm.model, draft, point.batch, context, ks)
+
+    # ------------------------------------------------------------------ measuring
+
+    def measure(self, point: Point) -> dict:
+        prompts = self.prompts(point)
+        params = self.params(point, len(prompts))
+        if point.method in ("hf-generate", "hf-assisted"):
+            run = self._hf_runner(point, prompts)
+        elif point.method == "llamacpp":
+            run = self._llamacpp_runner(point, prompts)
+        else:
+            run = self._engine_runner(point, prompts, params)
+        warm_key = (point.method, point.batch)
+        if warm_key not in self._warm:  # first calls of a shape are slower: one short run
+            run(short=True)
+            self._warm.add(warm_key)
+        t0 = time.perf_counter()
+        token_ids, stats = run(short=False)
+        wall = time.perf_counter() - t0
+        return self._row(point, prompts, token_ids, stats, wall)
+
+    def _engine(self, point: Point) -> Engine:
+        """A fresh engine on the loaded weights for this method and batch size."""
+        llm = self.llm
+        if point.method == "plain":
+            factory, window = None, build_window(0, self.k_max)
+        else:
+            if point.method.startswith("ngram"):
+                factory = _ngram_factory
+            else:
+                factory = llm.engine.drafter_factory
+                if factory is None:
+                    raise Skip("no draft model given (--draft)")
+            window = build_window(point.window, self.k_max)
+        acceptor = build_acceptor("rejection")
+        return Engine(llm.model, llm.tokenizer, llm.eos_ids, point.batch, factory, acceptor, window)
+
+    def _engine_runner(self, point: Point, prompts, params) -> Callable:
+        limit = self.llm.model.config.max_position_embeddings
+        if max(len(p) for p in prompts) + self.max_tokens + self.k_max + 2 > limit:
+            raise Skip(f"prompt + {self.max_tokens} tokens exceed the context of {limit}")
+
+        def run(short: bool):
+            engine = self._engine(point)  # fresh: auto learns from scratch at every point
+            if short:
+                warm = [SamplingParams(temperature=point.temperature, max_tokens=4, seed=0)]
+                engine.generate(prompts[: point.batch], warm * point.batch)
+                return None
+            outs = engine.generate(prompts, params)
+            return [o.token_ids for o in outs], [o.stats for o in outs]
+
+        return run
+
+    def _hf_model(self, name: str):
+        if name not in self._hf:
+            import transformers
+
+            from specdec.models.loading import torch_dtype
+            from specdec.models.registry import resolve
+
+            path = resolve(name, self.dtype)
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                path, dtype=torch_dtype(self.dtype)
+            )
+            self._hf[name] = model.to(self.device).eval()
+        return self._hf[name]
+
+    def _hf_runner(self, point: Point, prompts) -> Callable:
+        target = self._hf_model(self.model_name)
+        assistant = None
+        if point.method == "hf-assisted":
+            if self.draft_name is None:
+                raise Skip("no draft model given (--draft)")
+            assistant = self._hf_model(self.draft_name)
+        eos = None if self.ignore_eos else sorted(self.llm.eos_ids)
+
+        def run(short: bool):
+            batches = [prompts[i : i + point.batch] for i in range(0, len(prompts), point.batch)]
+            n = 4 if short else self.max_tokens
+            out = []
+            for i, batch in enumerate(batches[:1] if short else batches):
+                out += peers.hf_generate(
+                    target, batch, n, eos, point.temperature, assistant, seed=i
+                )
+            return None if short else (out, None)
+
+        return run
+
+    def _llamacpp_runner(self, point: Point, prompts) -> Callable:
+        if not peers.llamacpp_available():
+            raise Skip("llama-cpp-python is not installed (pip install llama-cpp-python)")
+        from specdec.models.registry import REGISTRY, cache_root
+
+        spec = REGISTRY.get(self.model_name)
+        gguf = cache_root() / "gguf" / spec.gguf_file if spec else None
+        if gguf is None or not gguf.is_file():
+            raise Skip(f"no GGUF file for {self.model_name} (registry models only)")
+
+        def run(short: bool):
+            n = 4 if short else self.max_tokens
+            out = peers.llamacpp_generate(
+                gguf, prompts[:1] if short else prompts, n, point.temperature
+            )
+            return None if short else (out, None)
+
+        return run
+
+    def _row(self, point: Point, prompts, token_ids, stats: list[SpecStats] | None, wall):
+        generated = sum(len(t) for t in token_ids)
+        row = {
+            "key": point.key,
+            "group": point.group,
+            "cost_key": point.cost_key,
+            "workload": point.workload,
+            "prompt_len": point.prompt_len,
+            "prompt_tokens_mean": round(statistics.mean(len(p) for p in prompts), 1),
+            "batch": point.batch,
+            "temperature": point.temperature,
+            "method": point.method,
+            "window": point.window,
+            "status": "ok",
+            "requests": len(prompts),
+            "generated_tokens": generated,
+            "wall_s": round(wall, 4),
+            "tokens_per_s": round(generated / wall, 4),
+            "output_digest": output_digest(token_ids),
+            "token_ids": token_ids,
+        }
+        if stats:
+            tpot = [s.tpot_s for s in stats if s.generated > 1]
+            ttft = [s.ttft_s for s in stats]
+            total = sum(stats, SpecStats())
+            # Decode phase alone: the wall time less each batch's prefill (its first token
+            # arrives for every row at once), over the tokens after the first.
+            batches = [stats[i : i + point.batch] for i in range(0, len(stats), point.batch)]
+            decode_s = wall - sum(max(s.ttft_s for s in b) for b in batches)
+            decode_tokens = generated - len(prompts)
+            row |= {
+                "decode_tokens_per_s": round(decode_tokens / decode_s, 4) if decode_s > 0 else None,
+                "tpot_median_s": round(statistics.median(tpot), 5) if tpot else None,
+                "tpot_p90_s": _round(_percentile(tpot, 0.9), 5),
+                "ttft_median_s": round(statistics.median(ttft), 4),
+                "ttft_p90_s": _round(_percentile(ttft, 0.9), 4),
+                "steps": total.steps,
+                "drafted_tokens": total.drafted,
+                "accepted_tokens": total.accepted,
+                "acceptance_rate": round(total.acceptance_rate, 4) if total.drafted else None,
+                "mean_accepted_length": round(total.mean_accepted_length, 4),
+                "acceptance_per_position": [round(a, 4) for a in total.acceptance_per_position],
+            }
+        return row
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def _ngram_factory(max_batch: int, max_len: int) -> NgramDrafter:
+    return NgramDrafter()
+
+
+def skipped_row(point: Point, reason: str) -> dict:
+    """A point that was planned but cannot run here; kept so a resumed run skips it too."""
+    return {
+        "key": point.key,
+        "group": point.group,
+        "workload": point.workload,
+        "prompt_len": point.prompt_len,
+        "batch": point.batch,
+        "temperature": point.temperature,
+        "method": point.method,
+        "window": point.window,
+        "status": "skipped",
+        "reason": reason,
+    }
