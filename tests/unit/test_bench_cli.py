@@ -1,0 +1,128 @@
+"""`specdec bench` end to end on a tiny model: the files and fields exist, the numbers are
+sane (not their values: tiny models on a shared CPU time nothing useful), and a second run
+into the same folder resumes instead of measuring again."""
+
+import json
+
+import pytest
+
+from specdec.bench import runner as bench_runner
+from specdec.cli import main
+
+from tiny import hf_tiny, tiny_tokenizer
+
+PLOTS = (
+    "speedup_vs_batch.png",
+    "tokens_per_s.png",
+    "acceptance_by_position.png",
+    "predicted_vs_measured.png",
+    "verify_cost.png",
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-bench")
+    hf_tiny("qwen2").save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+def _bench(model_dir, out, *extra):
+    return main(
+        [
+            "bench",
+            "--model", str(model_dir),
+            "--draft", str(model_dir),
+            "--dtype", "fp32",
+            "--draft-quant", "none",
+            "--workloads", "code,synthetic",
+            "--synthetic-source", "code",
+            "--prompt-lens", "24",
+            "--methods", "plain,draft-k2,draft-auto,ngram-auto,hf-generate,hf-assisted,llamacpp",
+            "--max-tokens", "6",
+            "--prompts-per-point", "2",
+            "--curve-ks", "0,1,2,4",
+            "--price-per-hour", "2",
+            "--out", str(out),
+            *extra,
+        ]
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bench_out(model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench-out")
+    assert _bench(model_dir, out, "--batches", "1,2", "--temperatures", "0") == 0
+    return out
+
+
+def test_files_and_fields(bench_out):
+    for name in ("results.json", "results.csv", "summary.md", *PLOTS):
+        assert (bench_out / name).is_file(), name
+    data = json.loads((bench_out / "results.json").read_text())
+    assert data["config"]["model"].endswith("tiny-bench0") or data["config"]["model"]
+    assert "logical CPUs" in data["machine"] and data["command"].startswith("specdec bench")
+    rows = {r["key"]: r for r in data["rows"]}
+    ok = [r for r in rows.values() if r["status"] == "ok"]
+    # 2 workloads x 2 batch sizes, 5 methods each, hf-assisted at batch 1 only.
+    assert len(ok) == 2 * 2 * 5 + 2
+    for row in ok:
+        assert row["tokens_per_s"] > 0 and row["generated_tokens"] > 0
+        assert row["speedup"] > 0 and row["cost_per_million_tokens"] > 0
+        assert row["requests"] == 2
+        if row["method"] == "plain":
+            assert row["speedup"] == 1.0 and row["mean_accepted_length"] == 1.0
+        if not row["method"].startswith("hf"):
+            assert 0 < row["tpot_median_s"] <= row["tpot_p90_s"]
+            assert row["ttft_median_s"] > 0 and row["decode_speedup"] > 0
+            # fp32: every engine method reproduces plain greedy decoding exactly.
+            assert row["same_output_as_plain"] == 1.0, row["key"]
+        if row["window"] is not None:
+            assert 0 <= row["acceptance_rate"] <= 1 and row["mean_accepted_length"] >= 1
+            assert all(0 <= a <= 1 for a in row["acceptance_per_position"])
+            assert row["predicted_speedup"] > 0
+        if row["method"] == "draft-k2":
+            assert len(row["acceptance_per_position"]) == 2
+            assert row["predicted_from_tokens_per_pass"] > 0
+    # The draft is the target itself: it is always right.
+    assert rows["code|len=natural|batch=1|temp=0|draft-k2"]["acceptance_rate"] == 1.0
+    # llama.cpp is optional: not installed here, the point is skipped with the reason.
+    skipped = [r for r in rows.values() if r["status"] == "skipped"]
+    assert skipped and all(r["method"] == "llamacpp" for r in skipped)
+    costs = data["costs"]["code|len=natural|batch=1"]
+    assert set(costs["v"]) == {"0", "1", "2", "4"} and costs["c"] > 0
+
+    csv_lines = (bench_out / "results.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("workload,prompt_len") and len(csv_lines) == 1 + len(rows)
+    summary = (bench_out / "summary.md").read_text()
+    for heading in ("## Checks", "## All points", "## Cost model", "## Skipped", "## Plots"):
+        assert heading in summary
+    assert "llama-cpp-python is not installed" in summary
+
+
+def test_resume_measures_only_new_points(model_dir, bench_out, monkeypatch):
+    measured = []
+    original = bench_runner.Runner.measure
+
+    def counting(self, point):
+        measured.append(point.key)
+        return original(self, point)
+
+    monkeypatch.setattr(bench_runner.Runner, "measure", counting)
+    before = json.loads((bench_out / "results.json").read_text())["rows"]
+    # The same sweep plus temperature 1 at batch 1: only the new points (and the skipped
+    # llama.cpp ones, tried again) are measured; the old rows stay as they were.
+    assert _bench(model_dir, bench_out, "--batches", "1", "--temperatures", "0,1") == 0
+    new = [k for k in measured if "temp=1" in k]
+    assert len(new) == 2 * 7 and not [k for k in measured if "temp=0" in k and "llamacpp" not in k]
+    after = {r["key"]: r for r in json.loads((bench_out / "results.json").read_text())["rows"]}
+    for row in before:
+        if row["status"] == "ok":
+            assert after[row["key"]]["tokens_per_s"] == row["tokens_per_s"]
+
+
+def test_another_config_is_refused(model_dir, bench_out, capsys):
+    code = _bench(model_dir, bench_out, "--batches", "1", "--ignore-eos")
+    assert code == 2
+    assert "another configuration" in capsys.readouterr().err

@@ -1,0 +1,163 @@
+"""The benchmark's pieces without models: the predictor, the plan and the result store."""
+
+import json
+
+import pytest
+
+from specdec.bench.analysis import derive
+from specdec.bench.costs import cost_model
+from specdec.bench.plan import PRESETS, Point, build_points, check_methods, override
+from specdec.bench.results import ResultStore
+from specdec.cost_model import (
+    AdaptiveWindow,
+    CostModel,
+    conditional_acceptance,
+    expected_tokens,
+    predict_speedup,
+)
+from specdec.errors import InvalidParameterError
+
+# ----------------------------------------------------------------------------- predictor
+
+
+def test_conditional_acceptance():
+    assert conditional_acceptance([]) == []
+    assert conditional_acceptance([0.9, 0.81, 0.729]) == pytest.approx([0.9, 0.9, 0.9])
+    assert conditional_acceptance([0.5, 0.0, 0.0]) == [0.5, 0.0, 0.0]
+    # Round-trip with expected_tokens: 1 + the sum of the per-position kept fractions.
+    kept = [0.96, 0.9, 0.83, 0.79]
+    assert expected_tokens(conditional_acceptance(kept), 4) == pytest.approx(1 + sum(kept))
+
+
+@pytest.mark.parametrize("a,c,k", [(0.8, 0.2, 4), (0.6, 0.4, 2), (0.95, 0.1, 8)])
+def test_predict_speedup_is_the_design_formula(a, c, k):
+    """i.i.d. acceptance a: S = (1 - a^(k+1)) / ((1 - a)(k c + v(k))) (DESIGN.md)."""
+    step = 0.1
+    v = {j: 1 + 0.02 * j for j in range(17)}  # relative verify cost
+    costs = CostModel.measured(1, {j: step * v[j] for j in v}, draft_step_s=c * step)
+    expected = (1 - a ** (k + 1)) / ((1 - a) * (k * c + v[k]))
+    assert predict_speedup(costs, 1, [a] * k, k) == pytest.approx(expected)
+    assert predict_speedup(costs, 1, [a] * k, 0) == pytest.approx(1.0)
+    assert predict_speedup(CostModel(), 1, [a], k) is None
+
+
+def test_best_window_is_the_argmax_of_predict_speedup():
+    costs = CostModel.measured(2, {j: 0.1 * (1 + 0.03 * j) for j in range(17)}, 0.02)
+    alpha = [0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
+    k, speedup = costs.best_window(2, alpha, 8)
+    speedups = {j: predict_speedup(costs, 2, alpha, j) for j in range(1, 9)}
+    assert k == max(speedups, key=speedups.get) and speedup == pytest.approx(speedups[k])
+    # A measured batch size informs others through total tokens (CostModel's keying).
+    assert costs.verify_time(1, 2) == pytest.approx(costs.verify_time(2, 1))
+
+
+def _row(method, window, tokens_per_s, per_position=None, tokens_per_pass=1.0, batch=1):
+    return {
+        "key": f"g|{method}",
+        "group": "g",
+        "cost_key": "c",
+        "status": "ok",
+        "method": method,
+        "window": window,
+        "batch": batch,
+        "temperature": 1.0,
+        "tokens_per_s": tokens_per_s,
+        "decode_tokens_per_s": tokens_per_s,
+        "acceptance_per_position": per_position,
+        "mean_accepted_length": tokens_per_pass,
+    }
+
+
+def test_derive_predictions_and_costs():
+    entry = {
+        "rows": 1,
+        "context": 100,
+        "verify_s": {str(k): 0.1 * (1 + 0.02 * k) for k in range(9)},
+        "draft_step_s": 0.02,
+    }
+    kept = [0.9, 0.81, 0.729, 0.6561]  # i.i.d. a = 0.9
+    rows = [
+        _row("plain", None, 10.0),
+        _row("draft-k4", 4, 25.0, kept, tokens_per_pass=1 + sum(kept)),
+        _row("draft-auto", "auto", 26.0, kept),
+        _row("ngram-auto", "auto", 9.9, [0.01]),
+    ]
+    derive(rows, {"c": entry}, k_max=4, price_per_hour=3.6)
+    plain, fixed, auto, ngram = rows
+    assert plain["speedup"] == 1.0 and fixed["speedup"] == 2.5
+    assert plain["cost_per_million_tokens"] == pytest.approx(100.0)  # $3.6/h at 10 tok/s
+    formula = (1 - 0.9**5) / ((1 - 0.9) * (4 * 0.2 + 1.08))  # c = 0.2, v(4) = 1.08
+    assert fixed["predicted_speedup"] == pytest.approx(formula, rel=1e-3)
+    # Measured tokens per pass over the same costs: identical here by construction.
+    assert fixed["predicted_from_tokens_per_pass"] == pytest.approx(formula, rel=1e-3)
+    # auto: what AdaptiveWindow would choose from these inputs.
+    k, s = cost_model(entry).best_window(1, conditional_acceptance(kept), 4)
+    assert auto["predicted_best_k"] == k == 4
+    assert auto["predicted_speedup"] == pytest.approx(s, abs=1e-4)
+    # Speculation not predicted to pay by the window's margin: plain, k = 0.
+    assert ngram["predicted_best_k"] == 0 and ngram["predicted_speedup"] == 1.0
+    assert AdaptiveWindow().margin > 0
+
+
+def test_derive_without_a_plain_row_or_costs():
+    rows = [_row("draft-k4", 4, 25.0, [0.9] * 4)]
+    derive(rows, {}, k_max=8, price_per_hour=None)
+    assert rows[0]["speedup"] is None and rows[0]["predicted_speedup"] is None
+    assert rows[0]["cost_per_million_tokens"] is None
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def test_points_plain_first_and_batch1_only_peers():
+    preset = override(
+        PRESETS["full"], batches=(1, 4), temperatures=(0.0,), workloads=("code", "synthetic")
+    )
+    points = build_points(preset)
+    groups = {}
+    for p in points:
+        groups.setdefault(p.group, []).append(p.method)
+    assert all(methods[0] == "plain" for methods in groups.values())
+    assert len(groups) == 2 * (1 + 3)  # code (natural length) + 3 synthetic lengths
+    assert not [p for p in points if p.batch == 4 and p.method in ("hf-assisted", "llamacpp")]
+    assert len({p.key for p in points}) == len(points)
+
+
+def test_point_keys_and_windows():
+    p = Point("synthetic", 64, 4, 1.0, "draft-k8")
+    assert p.key == "synthetic|len=64|batch=4|temp=1|draft-k8" and p.window == 8
+    assert p.cost_key == "synthetic|len=64|batch=4"
+    assert Point("code", None, 1, 0.0, "ngram-auto").window == "auto"
+    assert Point("code", None, 1, 0.0, "hf-generate").window is None
+
+
+def test_bad_methods():
+    with pytest.raises(InvalidParameterError, match="unknown method"):
+        check_methods(("plain", "draft-kx"))
+    with pytest.raises(InvalidParameterError, match="must include plain"):
+        check_methods(("draft-auto",))
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def test_store_resumes_ok_rows_and_retries_skipped(tmp_path):
+    config = {"model": "m", "dtype": "bf16"}
+    store = ResultStore(tmp_path, config)
+    store.add({"key": "a", "status": "ok", "method": "plain", "tokens_per_s": 1.0})
+    store.add({"key": "b", "status": "skipped", "method": "llamacpp", "reason": "absent"})
+    store.costs["c"] = {"rows": 1}
+    store.save({"machine": "here"})
+    again = ResultStore(tmp_path, config)
+    assert again.done("a") and not again.done("b") and not again.done("z")
+    assert again.costs == {"c": {"rows": 1}}
+    assert json.loads((tmp_path / "results.json").read_text())["machine"] == "here"
+    assert not list(tmp_path.glob("*.tmp"))
+    lines = (tmp_path / "results.csv").read_text().splitlines()
+    assert len(lines) == 3 and "absent" in lines[2]
+
+
+def test_store_refuses_another_config(tmp_path):
+    ResultStore(tmp_path, {"model": "m", "dtype": "bf16"}).save()
+    with pytest.raises(InvalidParameterError, match=r"dtype: 'bf16' -> 'fp32'"):
+        ResultStore(tmp_path, {"model": "m", "dtype": "fp32"})
