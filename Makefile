@@ -7,7 +7,7 @@ TARGET ?= qwen2.5-coder-1.5b-instruct
 DRAFT ?= qwen2.5-coder-0.5b-instruct
 DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number, with a docstring.
 
-.PHONY: venv demo test test-slow lint bench-plain bench-spec clean
+.PHONY: venv demo test test-slow lint bench bench-quick bench-plain clean
 
 venv: $(STAMP)
 
@@ -38,9 +38,13 @@ lint: $(STAMP)
 bench-plain: $(STAMP)
 	$(PY) scripts/bench_plain.py
 
-bench-spec: $(STAMP)
-	mkdir -p bench-out
-	$(PY) scripts/bench_spec.py --out bench-out/spec.json
+# The benchmark suite (docs/BENCHMARKS.md): resumable, results in bench-out/<preset>/.
+# Narrow or extend the sweep with BENCH_ARGS, e.g. BENCH_ARGS="--batches 1,4 --no-peers".
+bench: $(STAMP)
+	$(VENV)/bin/specdec bench --out bench-out/full $(BENCH_ARGS)
+
+bench-quick: $(STAMP)
+	$(VENV)/bin/specdec bench --quick --out bench-out/quick $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
