@@ -59,6 +59,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-peers", action="store_true", help="skip transformers and llama.cpp")
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--prompts-per-point", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=None, help="runs per point, median kept")
     p.add_argument("--k-max", type=int, default=8, help="largest window auto may choose")
     p.add_argument("--curve-ks", type=_ints, default=None, help="verify-cost curve k values")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens")
@@ -87,6 +88,7 @@ def _preset(args):
         max_tokens=args.max_tokens,
         prompts_per_point=args.prompts_per_point,
         curve_ks=args.curve_ks,
+        repeats=args.repeats,
     )
     if args.no_peers:
         preset = override(preset, methods=tuple(m for m in preset.methods if m not in PEERS))
@@ -119,9 +121,11 @@ def run(args) -> None:
     points = build_points(preset)
     extra = {"machine": report.machine_description(args.device), "command": _command(preset, args)}
     todo = [] if args.report_only else [p for p in points if not store.done(p.key)]
-    if todo:
-        _measure(todo, store, preset, args, extra)
-    _finish(store, points, preset, args, extra, out)
+    try:
+        if todo:
+            _measure(todo, store, preset, args, extra)
+    finally:  # Ctrl-C too: the summary and plots of what was measured
+        _finish(store, points, preset, args, extra, out)
 
 
 def _command(preset, args) -> str:
@@ -138,6 +142,7 @@ def _command(preset, args) -> str:
         "--methods", ",".join(preset.methods),
         "--max-tokens", str(preset.max_tokens),
         "--prompts-per-point", str(preset.prompts_per_point),
+        "--repeats", str(preset.repeats),
         "--k-max", str(args.k_max),
     ]  # fmt: skip
     words += ["--ignore-eos"] if args.ignore_eos else []
@@ -163,6 +168,7 @@ def _measure(todo: list[Point], store: ResultStore, preset, args, extra: dict) -
         ignore_eos=args.ignore_eos,
         synthetic_source=args.synthetic_source,
         draft_quant=args.draft_quant,
+        repeats=preset.repeats,
     )
     bar = tqdm(todo, unit="point", dynamic_ncols=True, file=sys.stderr)
     for point in bar:

@@ -43,6 +43,7 @@ class Preset:
     max_tokens: int
     prompts_per_point: int  # at least the batch size: one full batch per point
     curve_ks: tuple[int, ...]  # the verify-cost curve, k = 0..16 in the full preset
+    repeats: int  # runs per point, the median kept
 
 
 PRESETS = {
@@ -59,6 +60,7 @@ PRESETS = {
         max_tokens=32,
         prompts_per_point=1,
         curve_ks=(0, 1, 2, 4, 8, 16),
+        repeats=3,
     ),
     # The published erosion table on the default pair: hours on this CPU (resumable).
     "full": Preset(
@@ -82,6 +84,7 @@ PRESETS = {
         max_tokens=128,
         prompts_per_point=4,
         curve_ks=tuple(range(17)),
+        repeats=1,
     ),
 }
 

@@ -93,7 +93,7 @@ def acceptance_by_position(rows: list[dict], out: Path) -> Path | None:
     if not spec:
         return None
     batch = min(r["batch"] for r in spec)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     for r in spec:
         if r["batch"] != batch:
             continue
@@ -105,7 +105,7 @@ def acceptance_by_position(rows: list[dict], out: Path) -> Path | None:
     ax.set_ylabel("acceptance (kept / drafted)")
     ax.set_ylim(0, 1.05)
     ax.set_title(f"acceptance by position, batch {batch}")
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=6, bbox_to_anchor=(1.02, 1), loc="upper left")
     return _save(fig, out / "acceptance_by_position.png")
 
 
@@ -148,14 +148,14 @@ def verify_cost_curve(costs: dict, out: Path) -> Path | None:
     and context, with the draft step's relative cost c in the legend."""
     if not costs:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(9.5, 4.5))
     for entry in sorted(costs.values(), key=lambda e: (e["rows"], e["context"])):
         ks = sorted(int(k) for k in entry["v"])
         label = f"batch {entry['rows']}, context {entry['context']} (c = {entry['c']:.2f})"
         ax.plot(ks, [entry["v"][str(k)] for k in ks], marker="o", ms=3, label=label)
     ax.set_xlabel("k (draft tokens verified per row)")
     ax.set_ylabel("verify cost v(k) = pass of k+1 tokens / 1 token")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, bbox_to_anchor=(1.02, 1), loc="upper left")
     return _save(fig, out / "verify_cost.png")
 
 

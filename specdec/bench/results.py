@@ -45,6 +45,7 @@ CSV_COLUMNS = (
     "acceptance_per_position",
     "same_output_as_plain",
     "cost_per_million_tokens",
+    "load_1m",
     "reason",
 )
 

@@ -6,7 +6,9 @@ and, for `auto`, a fresh window, so what it learned at one point never helps ano
 
 Timing is wall clock around one `generate` call over all the point's prompts (batches of
 `batch` at a time): tokens/s is generated tokens over that wall time, prefill included,
-as a user waiting for the whole batch sees it. TPOT and TTFT are per request, from the
+as a user waiting for the whole batch sees it. With `repeats` > 1 the point runs that many
+times and the median run is kept (every run's tokens/s is recorded): on a shared CPU one
+run can be slowed several-fold by a neighbour. TPOT and TTFT are per request, from the
 engine's own `SpecStats` (peers report neither).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -58,11 +61,13 @@ class Runner:
         ignore_eos: bool = False,
         synthetic_source: str = "sharegpt",
         draft_quant: str | None = None,
+        repeats: int = 1,
     ) -> None:
         self.model_name, self.draft_name = model, draft
         self.dtype, self.device, self.k_max = dtype, device, k_max
         self.max_tokens, self.prompts_per_point = max_tokens, prompts_per_point
         self.ignore_eos, self.synthetic_source = ignore_eos, synthetic_source
+        self.repeats = max(1, repeats)
         self.llm = LLM(
             model, draft=draft, k_max=k_max, draft_quant=draft_quant, dtype=dtype, device=device
         )
@@ -130,10 +135,22 @@ class Runner:
         if warm_key not in self._warm:  # first calls of a shape are slower: one short run
             run(short=True)
             self._warm.add(warm_key)
-        t0 = time.perf_counter()
-        token_ids, stats = run(short=False)
-        wall = time.perf_counter() - t0
-        return self._row(point, prompts, token_ids, stats, wall)
+        runs = []
+        for _ in range(self.repeats):
+            t0 = time.perf_counter()
+            token_ids, stats = run(short=False)
+            runs.append((time.perf_counter() - t0, token_ids, stats))
+        # The median run by wall time (outputs are the same in every run: seeded sampling).
+        runs.sort(key=lambda r: r[0])
+        wall, token_ids, stats = runs[len(runs) // 2]
+        row = self._row(point, prompts, token_ids, stats, wall)
+        generated = row["generated_tokens"]
+        row["runs_tokens_per_s"] = [round(generated / r[0], 3) for r in runs]
+        # Other processes' load while it ran (1-minute average, all CPUs): a point measured
+        # under load above the core count shares its CPUs and is slower than it should be.
+        row["load_1m"] = round(os.getloadavg()[0], 2)
+        row["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        return row
 
     def _engine(self, point: Point) -> Engine:
         """A fresh engine on the loaded weights for this method and batch size."""
