@@ -51,7 +51,7 @@ def results_table(rows: list[dict], price: bool) -> list[str]:
     head = (
         "| workload | prompt | mean prompt tok | batch | T | method | tok/s | speedup | "
         "decode speedup | predicted | TPOT med / p90 (ms) | TTFT med (ms) | acceptance | "
-        "tokens / pass | same as plain |"
+        "tokens / pass | same as plain | load |"
     )
     head += " $ / M tok |" if price else ""
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -66,7 +66,8 @@ def results_table(rows: list[dict], price: bool) -> list[str]:
             f"{_f(r.get('speedup'), '{:.2f}x')} | {_f(r.get('decode_speedup'), '{:.2f}x')} | "
             f"{predicted} | {tpot if r.get('tpot_median_s') is not None else ''} | "
             f"{_ms(r.get('ttft_median_s'))} | {_f(r.get('acceptance_rate'), '{:.3f}')} | "
-            f"{_f(r.get('mean_accepted_length'))} | {_f(r.get('same_output_as_plain'), '{:.2f}')} |"
+            f"{_f(r.get('mean_accepted_length'))} | "
+            f"{_f(r.get('same_output_as_plain'), '{:.2f}')} | {_f(r.get('load_1m'), '{:.1f}')} |"
         )
         line += f" {_f(r.get('cost_per_million_tokens'), '{:.3f}')} |" if price else ""
         lines.append(line)
@@ -192,7 +193,9 @@ def write_summary(
         "",
         "tok/s: generated tokens over the wall time of the whole point (prefill included); "
         "speedup: over plain decoding of the same prompts; decode speedup: the same without "
-        "the prefill, which is what the cost model predicts.",
+        "the prefill, which is what the cost model predicts; load: the machine's 1-minute "
+        "load average when the point finished (above the CPU count, other processes were "
+        "sharing the cores).",
         "",
         "## Checks",
         "",
