@@ -206,5 +206,27 @@ def _finish(store: ResultStore, points, preset, args, extra: dict, out: Path) ->
     made = plots.write_all(ok, store.costs, out)
     best = analysis.best_k_by_group(ok, store.costs, args.k_max)
     data = {"config": store.config, **extra, "costs": store.costs}
+    data["sharegpt"] = _sharegpt_note(ok, store.config)
     summary = report.write_summary(out, data, ok, skipped, best, made)
     print(f"{len(ok)} points in {store.path}; summary: {summary}")
+
+
+def _sharegpt_note(rows: list[dict], config: dict) -> str | None:
+    """How many conversations the tolerant reader recovered, when ShareGPT text was used."""
+    from specdec.bench import workloads
+    from specdec.errors import ModelNotFoundError
+
+    synthetic = config.get("synthetic_source") == "sharegpt"
+    if not any(
+        r["workload"] == "sharegpt" or (synthetic and r["workload"] == "synthetic") for r in rows
+    ):
+        return None
+    try:
+        workloads.sharegpt_file(install=False)
+    except ModelNotFoundError:
+        return None
+    count = len(workloads.sharegpt_conversations())
+    return (
+        f"{count:,} whole conversations recovered from the truncated ShareGPT file "
+        f"({workloads.SHAREGPT_DIST} {workloads.SHAREGPT_VERSION})"
+    )

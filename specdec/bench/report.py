@@ -190,7 +190,7 @@ def write_summary(
         f"{' (ignore EOS)' if config.get('ignore_eos') else ' (stopping at EOS)'}, "
         f"`auto` windows up to k = {config['k_max']}.  ",
         f"**Command:** `{data.get('command', '')}`",
-        "",
+        *(["", f"**Prompts:** {data['sharegpt']}.", ""] if data.get("sharegpt") else [""]),
         "tok/s: generated tokens over the wall time of the whole point (prefill included); "
         "speedup: over plain decoding of the same prompts; decode speedup: the same without "
         "the prefill, which is what the cost model predicts; load: the machine's 1-minute "
