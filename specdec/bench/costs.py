@@ -41,7 +41,7 @@ def forward_seconds(model, rows: int, tokens_per_row: int, context: int, repeats
 
 
 def measure_costs(
-    target, draft, rows: int, context: int, ks: tuple[int, ...], repeats: int = 3
+    target, draft, rows: int, context: int, ks: tuple[int, ...], repeats: int = 5
 ) -> dict:
     """{"verify_s": {k: s}, "draft_step_s", "c", "v": {k: verify(k) / verify(0)}}, keys as
     strings so the dict survives JSON. `draft` None: a free drafter (c = 0)."""
