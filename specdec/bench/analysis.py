@@ -9,6 +9,8 @@ Two speedups over plain decoding of the same group:
 - `decode_speedup`: decode phase only (wall time less prefill). The cost model predicts
   this one (it prices target and draft steps, not the prefill), so predicted vs measured
   compares like with like.
+- `cpu_speedup`: end to end in this process's CPU seconds; on a shared machine with
+  `--threads 1` it is what wall time would show on a quiet one.
 
 Predictions come from `specdec.cost_model` with costs measured at the point's batch size
 and context (`costs.py`) and the acceptance per position the point measured:
@@ -44,6 +46,9 @@ def derive(rows: list[dict], costs: dict, k_max: int, price_per_hour: float | No
         row["speedup"] = _ratio(row["tokens_per_s"], base and base["tokens_per_s"])
         row["decode_speedup"] = _ratio(
             row.get("decode_tokens_per_s"), base and base.get("decode_tokens_per_s")
+        )
+        row["cpu_speedup"] = _ratio(
+            row.get("cpu_tokens_per_s"), base and base.get("cpu_tokens_per_s")
         )
         row["cost_per_million_tokens"] = (
             round(price_per_hour / 3600 / row["tokens_per_s"] * 1e6, 4)

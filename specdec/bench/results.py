@@ -33,6 +33,8 @@ CSV_COLUMNS = (
     "wall_s",
     "tokens_per_s",
     "speedup",
+    "decode_speedup",
+    "cpu_speedup",
     "predicted_speedup",
     "predicted_from_tokens_per_pass",
     "predicted_best_k",

@@ -137,15 +137,20 @@ class Runner:
             self._warm.add(warm_key)
         runs = []
         for _ in range(self.repeats):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             token_ids, stats = run(short=False)
-            runs.append((time.perf_counter() - t0, token_ids, stats))
+            runs.append((time.perf_counter() - t0, time.process_time() - c0, token_ids, stats))
         # The median run by wall time (outputs are the same in every run: seeded sampling).
         runs.sort(key=lambda r: r[0])
-        wall, token_ids, stats = runs[len(runs) // 2]
+        wall, cpu, token_ids, stats = runs[len(runs) // 2]
         row = self._row(point, prompts, token_ids, stats, wall)
         generated = row["generated_tokens"]
         row["runs_tokens_per_s"] = [round(generated / r[0], 3) for r in runs]
+        # CPU seconds this process used: with --threads 1 that is the work done, whatever
+        # share of the cores neighbours took (a shared machine stretches wall time, not CPU
+        # time); with more threads it also counts threads spinning at barriers.
+        row["cpu_s"] = round(cpu, 4)
+        row["cpu_tokens_per_s"] = round(generated / cpu, 4) if cpu > 0 else None
         # Other processes' load while it ran (1-minute average, all CPUs): a point measured
         # under load above the core count shares its CPUs and is slower than it should be.
         row["load_1m"] = round(os.getloadavg()[0], 2)

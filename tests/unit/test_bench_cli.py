@@ -76,6 +76,7 @@ def test_files_and_fields(bench_out):
         if not row["method"].startswith("hf"):
             assert 0 < row["tpot_median_s"] <= row["tpot_p90_s"]
             assert row["ttft_median_s"] > 0 and row["decode_speedup"] > 0
+            assert row["cpu_speedup"] > 0 and row["cpu_s"] > 0
             # fp32: every engine method reproduces plain greedy decoding exactly.
             assert row["same_output_as_plain"] == 1.0, row["key"]
         if row["window"] is not None:
