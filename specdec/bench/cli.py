@@ -72,6 +72,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all)")
     p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
     p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
+    p.add_argument(
+        "--remeasure-costs",
+        action="store_true",
+        help="measure the verify curve and draft cost again for every point measured",
+    )
 
 
 def _preset(args):
@@ -121,8 +126,10 @@ def run(args) -> None:
     points = build_points(preset)
     extra = {"machine": report.machine_description(args.device), "command": _command(preset, args)}
     todo = [] if args.report_only else [p for p in points if not store.done(p.key)]
+    if args.remeasure_costs and not args.report_only:
+        store.costs = {}
     try:
-        if todo:
+        if todo or _missing_costs(store):
             _measure(todo, store, preset, args, extra)
     finally:  # Ctrl-C too: the summary and plots of what was measured
         _finish(store, points, preset, args, extra, out)
@@ -170,6 +177,10 @@ def _measure(todo: list[Point], store: ResultStore, preset, args, extra: dict) -
         draft_quant=args.draft_quant,
         repeats=preset.repeats,
     )
+    for point in _missing_costs(store):  # points measured before their costs were
+        store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)
+        analysis.derive(list(store.rows.values()), store.costs, args.k_max, args.price_per_hour)
+        store.save(extra)
     bar = tqdm(todo, unit="point", dynamic_ncols=True, file=sys.stderr)
     for point in bar:
         bar.set_postfix_str(point.key, refresh=True)
@@ -184,6 +195,16 @@ def _measure(todo: list[Point], store: ResultStore, preset, args, extra: dict) -
         store.save(extra)
         if row["status"] == "ok":
             bar.write(_one_line(row), file=sys.stderr)
+
+
+def _missing_costs(store: ResultStore) -> list[Point]:
+    """One point per cost key that measured rows need and results.json lacks."""
+    points = {}
+    for r in store.ok_rows():
+        if r.get("window") is not None and r["cost_key"] not in store.costs:
+            point = Point(r["workload"], r["prompt_len"], r["batch"], r["temperature"], r["method"])
+            points.setdefault(r["cost_key"], point)
+    return list(points.values())
 
 
 def _one_line(row: dict) -> str:

@@ -2,7 +2,12 @@
 
 Measured once per (batch size, context length), outside the engine, on the loaded models:
 a verify pass of k+1 tokens per row after `context` committed tokens, and one draft token
-per row. The context is committed without computing it (the cache's lengths are advanced
+per row, each with the work a step does around the forward pass (probabilities over the
+vocabulary at every position, the acceptor, sampling the draft token, the host sync):
+`--speculate auto` times whole steps, and on a small model or one CPU thread that work is
+a sizeable part of a step (~25 ms at k = 4 over Qwen's 152k-token vocabulary).
+
+The context is committed without computing it (the cache's lengths are advanced
 over zeros): attention reads the same number of bytes whatever the values, so the cost is
 the same and a 16 x 1024-token prefill is not paid twice.
 """
@@ -10,18 +15,30 @@ the same and a 16 x 1024-token prefill is not paid twice.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
+from specdec.acceptors import Draft, RejectionSampler
+from specdec.config import SamplingParams
 from specdec.cost_model import CostModel
+from specdec.sampling import make_generator, param_tensors, probs_from_logits, sample
 
 WARMUP = 2  # unmeasured passes first: the first calls of a shape are slower
 
 
-def forward_seconds(model, rows: int, tokens_per_row: int, context: int, repeats: int = 3) -> float:
+def forward_seconds(
+    model,
+    rows: int,
+    tokens_per_row: int,
+    context: int,
+    repeats: int = 3,
+    work: Callable[[torch.Tensor], None] | None = None,
+) -> float:
     """Seconds of one pass of `tokens_per_row` tokens on each of `rows` rows after
     `context` committed positions (logits at every position, as a verify pass computes):
-    the fastest of `repeats`, since a neighbour on a shared machine only ever adds time."""
+    the fastest of `repeats`, since a neighbour on a shared machine only ever adds time.
+    `work(logits)` runs inside the timing: what a step does with the logits."""
     cache = model.new_cache(rows, context + tokens_per_row + 1)
     cache.advance(torch.full((rows,), context, dtype=torch.long), slice(0, rows))
     start = cache.lengths[:rows].clone()
@@ -33,11 +50,50 @@ def forward_seconds(model, rows: int, tokens_per_row: int, context: int, repeats
             if model.device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            model(tokens, cache).logits.sum().item()  # the sync of a real step
+            logits = model(tokens, cache).logits  # [rows, tokens_per_row, V]
+            if work is not None:
+                work(logits)
+            logits[:, -1, 0].tolist()  # the host sync of a real step
             if i >= WARMUP:
                 times.append(time.perf_counter() - t0)
             cache.truncate(start)
     return min(times)
+
+
+def _verify_work(rows: int, device) -> Callable[[torch.Tensor], None]:
+    """Target probabilities at every position and the rejection sampler over a k-token
+    draft (temperature 1: the general path; greedy requests take a cheaper one)."""
+    params = [SamplingParams(temperature=1.0)] * rows
+    generators = [make_generator(i, device) for i in range(rows)]
+    acceptor = RejectionSampler()
+
+    def work(logits: torch.Tensor) -> None:
+        B, T, V = logits.shape
+        temperature, top_k, top_p = param_tensors(params, logits.device)
+        probs = probs_from_logits(
+            logits.reshape(B * T, V),
+            temperature.repeat_interleave(T),
+            top_k.repeat_interleave(T),
+            top_p.repeat_interleave(T),
+        ).view(B, T, V)
+        k = T - 1
+        tokens = probs[:, :k].argmax(-1)  # [B, k]: any draft; q = p makes it all accepted
+        lengths = torch.full((B,), k, dtype=torch.long)
+        acceptor(Draft(tokens, probs[:, :k], lengths), probs, generators).tokens.tolist()
+
+    return work
+
+
+def _draft_work(rows: int, device) -> Callable[[torch.Tensor], None]:
+    """The draft distribution q of the newest position and one sampled token per row."""
+    params = [SamplingParams(temperature=1.0)] * rows
+    generators = [make_generator(i, device) for i in range(rows)]
+
+    def work(logits: torch.Tensor) -> None:
+        q = probs_from_logits(logits[:, -1], *param_tensors(params, logits.device))
+        sample(q, generators, [False] * rows)
+
+    return work
 
 
 def measure_costs(
@@ -46,8 +102,11 @@ def measure_costs(
     """{"verify_s": {k: s}, "draft_step_s", "c", "v": {k: verify(k) / verify(0)}}, keys as
     strings so the dict survives JSON. `draft` None: a free drafter (c = 0)."""
     ks = tuple(sorted(set(ks) | {0}))
-    verify = {k: forward_seconds(target, rows, k + 1, context, repeats) for k in ks}
-    draft_s = forward_seconds(draft, rows, 1, context, repeats) if draft is not None else 0.0
+    vwork = _verify_work(rows, target.device)
+    verify = {k: forward_seconds(target, rows, k + 1, context, repeats, vwork) for k in ks}
+    draft_s = 0.0
+    if draft is not None:
+        draft_s = forward_seconds(draft, rows, 1, context, repeats, _draft_work(rows, draft.device))
     return {
         "rows": rows,
         "context": context,

@@ -127,3 +127,30 @@ def test_another_config_is_refused(model_dir, bench_out, capsys):
     code = _bench(model_dir, bench_out, "--batches", "1", "--ignore-eos")
     assert code == 2
     assert "another configuration" in capsys.readouterr().err
+
+
+def test_remeasure_costs_only(model_dir, bench_out, monkeypatch):
+    """--remeasure-costs on a finished sweep measures costs again and no point."""
+    calls = {"costs": 0, "measure": 0}
+
+    def costs(self, point, ks):
+        calls["costs"] += 1
+        return {"rows": point.batch, "context": 10, "verify_s": {"0": 1.0, "2": 1.1},
+                "draft_step_s": 0.1, "c": 0.1, "v": {"0": 1.0, "2": 1.1}}  # fmt: skip
+
+    def measure(self, point):
+        calls["measure"] += 1
+        raise AssertionError("no point should be measured")
+
+    monkeypatch.setattr(bench_runner.Runner, "costs", costs)
+    monkeypatch.setattr(bench_runner.Runner, "measure", measure)
+    args = ["--batches", "1,2", "--temperatures", "0", "--methods", "plain,draft-k2"]
+    assert _bench(model_dir, bench_out, *args, "--remeasure-costs") == 0
+    assert calls == {"costs": 4, "measure": 0}  # 2 workloads x 2 batch sizes
+    rows = json.loads((bench_out / "results.json").read_text())["rows"]
+    k2 = [r for r in rows if r["method"] == "draft-k2" and r["batch"] == 1]
+    # predicted from the new costs: v(2) = 1.1, c = 0.1
+    for r in k2:
+        alpha = r["acceptance_per_position"]
+        expected = (1 + alpha[0] + alpha[1]) / (2 * 0.1 + 1.1)
+        assert r["predicted_speedup"] == pytest.approx(expected, abs=1e-3)
