@@ -164,6 +164,22 @@ def checks(rows: list[dict]) -> list[str]:
         f"- predicted vs measured (decode phase) within {PREDICTION_TOLERANCE:.0%} at batch 1: "
         + verdict
     )
+    cpu = [
+        r for r in rows if r["batch"] == 1 and r.get("predicted_speedup") and r.get("cpu_speedup")
+    ]
+    if cpu:
+        within = [
+            r
+            for r in cpu
+            if abs(r["predicted_speedup"] / r["cpu_speedup"] - 1) <= PREDICTION_TOLERANCE
+        ]
+        ratios = sorted(r["predicted_speedup"] / r["cpu_speedup"] for r in cpu)
+        out.append(
+            f"- predicted vs measured in CPU time (end to end) at batch 1: within "
+            f"{PREDICTION_TOLERANCE:.0%} at {len(within)} of {len(cpu)} points; predicted / "
+            f"measured from {ratios[0]:.2f} to {ratios[-1]:.2f} (median "
+            f"{ratios[len(ratios) // 2]:.2f})"
+        )
     return out
 
 
