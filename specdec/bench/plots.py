@@ -17,8 +17,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 SPEC_FOR_SWEEP = "draft-auto"  # the method the erosion plot follows
 
 
-def _label(row: dict) -> str:
+def _label(row: dict, mean: bool = True) -> str:
+    """`mean`: the mean prompt length of a natural workload (it differs by batch size,
+    whose prompt sets differ, so lines across batch sizes leave it out)."""
     if row["prompt_len"] is None:
+        if not mean:
+            return f"{row['workload']} (own prompts)"
         return f"{row['workload']} (~{row['prompt_tokens_mean']:.0f} tok)"
     return f"{row['workload']} {row['prompt_len']} tok"
 
@@ -40,7 +44,7 @@ def speedup_vs_batch(rows: list[dict], out: Path, method: str = SPEC_FOR_SWEEP) 
         lines = defaultdict(list)
         for r in rows:
             if r["method"] == method and r["temperature"] == temp and r.get("speedup"):
-                lines[_label(r)].append((r["batch"], r["speedup"]))
+                lines[_label(r, mean=False)].append((r["batch"], r["speedup"]))
         for label, pts in sorted(lines.items()):
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
