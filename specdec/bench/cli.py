@@ -224,7 +224,7 @@ def _finish(store: ResultStore, points, preset, args, extra: dict, out: Path) ->
     order = {p.key: i for i, p in enumerate(points)}
     ok = sorted(store.ok_rows(), key=lambda r: order.get(r["key"], len(order)))
     skipped = [r for r in rows if r.get("status") == "skipped"]
-    made = plots.write_all(ok, store.costs, out)
+    made = plots.write_all(ok, store.costs, out, cpu_clock=store.config.get("threads") == 1)
     best = analysis.best_k_by_group(ok, store.costs, args.k_max)
     data = {"config": store.config, **extra, "costs": store.costs}
     data["sharegpt"] = _sharegpt_note(ok, store.config)

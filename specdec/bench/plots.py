@@ -34,8 +34,11 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def speedup_vs_batch(rows: list[dict], out: Path, method: str = SPEC_FOR_SWEEP) -> Path | None:
-    """The erosion plot: speedup over plain vs batch size, one line per prompt length."""
+def speedup_vs_batch(
+    rows: list[dict], out: Path, method: str = SPEC_FOR_SWEEP, field: str = "speedup"
+) -> Path | None:
+    """The erosion plot: speedup over plain vs batch size, one line per prompt length
+    (`field` "cpu_speedup" for a one-thread run on a shared machine)."""
     temps = sorted({r["temperature"] for r in rows if r["method"] == method})
     if not temps:
         return None
@@ -43,15 +46,16 @@ def speedup_vs_batch(rows: list[dict], out: Path, method: str = SPEC_FOR_SWEEP) 
     for ax, temp in zip(axes[0], temps, strict=True):
         lines = defaultdict(list)
         for r in rows:
-            if r["method"] == method and r["temperature"] == temp and r.get("speedup"):
-                lines[_label(r, mean=False)].append((r["batch"], r["speedup"]))
+            if r["method"] == method and r["temperature"] == temp and r.get(field):
+                lines[_label(r, mean=False)].append((r["batch"], r[field]))
         for label, pts in sorted(lines.items()):
             pts.sort()
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
-        ax.set_ylabel(f"{method} speedup over plain (tok/s)")
+        clock = "CPU time" if field == "cpu_speedup" else "tok/s"
+        ax.set_ylabel(f"{method} speedup over plain ({clock})")
         ax.set_title(f"temperature {temp:g}")
         ax.legend(fontsize=8)
     return _save(fig, out / "speedup_vs_batch.png")
@@ -179,9 +183,10 @@ def verify_cost_curve(costs: dict, out: Path) -> Path | None:
     return _save(fig, out / "verify_cost.png")
 
 
-def write_all(rows: list[dict], costs: dict, out: Path) -> list[Path]:
+def write_all(rows: list[dict], costs: dict, out: Path, cpu_clock: bool = False) -> list[Path]:
+    """`cpu_clock`: a one-thread run, whose CPU-time speedups are the robust ones."""
     made = [
-        speedup_vs_batch(rows, out),
+        speedup_vs_batch(rows, out, field="cpu_speedup" if cpu_clock else "speedup"),
         tokens_per_s_by_method(rows, out),
         acceptance_by_position(rows, out),
         predicted_vs_measured(rows, out),

@@ -75,9 +75,12 @@ def results_table(rows: list[dict], price: bool) -> list[str]:
     return lines
 
 
-def erosion_table(rows: list[dict], method: str = "draft-auto") -> list[str]:
-    """Rows: workload and prompt length; columns: batch sizes; cells: speedup of `method`."""
-    sel = [r for r in rows if r["method"] == method and r.get("speedup") is not None]
+def erosion_table(
+    rows: list[dict], method: str = "draft-auto", field: str = "speedup"
+) -> list[str]:
+    """Rows: workload and prompt length; columns: batch sizes; cells: speedup of `method`
+    (`field`: "speedup" in tokens/s or "cpu_speedup" in tokens per CPU second)."""
+    sel = [r for r in rows if r["method"] == method and r.get(field) is not None]
     if not sel:
         return []
     out = []
@@ -85,14 +88,16 @@ def erosion_table(rows: list[dict], method: str = "draft-auto") -> list[str]:
         at = [r for r in sel if r["temperature"] == temp]
         batches = sorted({r["batch"] for r in at})
         out += [
-            f"`{method}` speedup over plain (tokens/s), temperature {temp:g}:",
+            f"`{method}` speedup over plain "
+            f"({'tokens per CPU second' if field == 'cpu_speedup' else 'tokens/s'}), "
+            f"temperature {temp:g}:",
             "",
             "| workload | prompt | " + " | ".join(f"batch {b}" for b in batches) + " |",
             "|---|---|" + "---|" * len(batches),
         ]
         for workload, length in dict.fromkeys((r["workload"], _prompt(r)) for r in at):
             cells = {
-                r["batch"]: r["speedup"]
+                r["batch"]: r[field]
                 for r in at
                 if r["workload"] == workload and _prompt(r) == length
             }
@@ -228,6 +233,7 @@ def write_summary(
         "## Speedup by batch size and prompt length",
         "",
         *erosion_table(rows),
+        *(erosion_table(rows, field="cpu_speedup") if config.get("threads") == 1 else []),
         "## All points",
         "",
         *results_table(rows, price),
