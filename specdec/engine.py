@@ -1,8 +1,10 @@
 """The decoding engine: requests in, completions out, speculatively when given a drafter.
 
-`Engine` runs batches of token-id requests on a native `Transformer`. Live sequences are
-kept packed in the first rows of the KV cache (and of the drafter's state); a sequence that
-finishes hands its row to the last live one, so no model computes a finished row.
+`Engine` runs requests (token ids) on a native `Transformer` with continuous batching:
+requests queue, join the running batch between steps and leave it when done. Live
+sequences are kept packed in the first rows of the KV cache (and of the drafter's state); a
+sequence that finishes hands its row to the last live one, so no model computes a finished
+row, and a waiting request takes the freed row at the next step.
 
 Plain decoding is the k = 0 case of the speculative step: one step per token.
 """
@@ -10,8 +12,9 @@ Plain decoding is the k = 0 case of the speculative step: one step per token.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -34,12 +37,12 @@ class Completion:
     text: str
     token_ids: list[int]
     prompt_tokens: int
-    finish_reason: str  # "stop" (EOS or stop string) | "length"
+    finish_reason: str  # "stop" (EOS or stop string) | "length" | "abort"
     stats: SpecStats  # steps, drafted/accepted tokens, timings
 
     @property
     def elapsed_s(self) -> float:
-        """From the start of the batch until this request finished."""
+        """From the request's arrival until it finished."""
         return self.stats.elapsed_s
 
     @property
@@ -68,7 +71,7 @@ class Completion:
         }
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two requests are never "equal"
 class LiveSequence:
     """Decoding state of one request while it is live."""
 
@@ -76,6 +79,8 @@ class LiveSequence:
     params: SamplingParams
     generator: torch.Generator
     stop: StopChecker
+    request_id: str | None = None
+    arrived_at: float = field(default_factory=time.perf_counter)
     output_ids: list[int] = field(default_factory=list)
     stats: SpecStats = field(default_factory=lambda: SpecStats(requests=1))
     finish_reason: str | None = None
@@ -102,11 +107,18 @@ class LiveSequence:
 
 
 class Engine:
-    """Decoding over a native transformer; speculative when given a drafter.
+    """Continuous-batching decoding over a native transformer; speculative with a drafter.
 
-    Each step follows Algorithm 1 of Leviathan et al.: the drafter proposes k tokens per
-    row, the target scores all k+1 positions in one pass, the acceptor keeps a prefix plus
-    one token, and both caches roll back to what was kept. `window` chooses k per step.
+    Requests wait in a FIFO queue and join the running batch between steps (`step`), up to
+    `max_batch` rows; each keeps its own sampling parameters and generator. Each step
+    follows Algorithm 1 of Leviathan et al.: the drafter proposes k tokens per row, the
+    target scores all k+1 positions in one pass, the acceptor keeps a prefix plus one
+    token, and both caches roll back to what was kept. `window` chooses k per step for the
+    batch at hand (the `auto` policy weighs the batch's verify cost); each row's draft is
+    then cut to what it can still use.
+
+    `max_len` fixes the KV cache's length per row (a server's memory budget); left None,
+    the cache is sized, whenever the engine is idle, to the longest waiting request.
     """
 
     def __init__(
@@ -118,6 +130,7 @@ class Engine:
         drafter_factory=None,
         acceptor: TokenAcceptor | None = None,
         window: FixedWindow | AdaptiveWindow | None = None,
+        max_len: int | None = None,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
@@ -136,13 +149,27 @@ class Engine:
                 f"{type(self.acceptor).__name__} is not a TokenAcceptor: it needs a "
                 "`lossless` attribute and __call__(draft, target_probs, generators)"
             )
+        # Headroom: a verify pass writes k+1 positions past a row's length before rollback.
+        self.headroom = self.window.k_max + 2
+        if max_len is not None and not self.headroom < max_len:
+            raise InvalidParameterError(f"max_len must exceed {self.headroom}, got {max_len}")
+        self.max_len = max_len
+        self.live: list[LiveSequence] = []  # live[i] owns cache row i (and drafter row i)
+        self.waiting: deque[LiveSequence] = deque()
+        self._cache: KVCache | None = None
+        self._drafter: Drafter | None = None
 
     @property
     def context_length(self) -> int:
         return self.model.config.max_position_embeddings
 
+    @property
+    def has_work(self) -> bool:
+        return bool(self.live or self.waiting)
+
     def check_fits(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
-        """Refuse, before any work, a request that cannot fit the model's context."""
+        """Refuse, before any work, a request that cannot fit the model's context (or the
+        engine's fixed `max_len`)."""
         n, ctx = len(prompt_ids), self.context_length
         if n == 0:
             raise InvalidParameterError("the prompt is empty (it must have at least one token)")
@@ -155,6 +182,37 @@ class Engine:
                 f"the prompt has {n} tokens and max_tokens is {params.max_tokens}: "
                 f"{n + params.max_tokens} exceeds the model's context of {ctx} tokens"
             )
+        if self.max_len is not None and n + params.max_tokens > self.max_len - self.headroom:
+            raise ContextLengthError(
+                f"the prompt has {n} tokens and max_tokens is {params.max_tokens}: "
+                f"{n + params.max_tokens} exceeds this engine's limit of "
+                f"{self.max_len - self.headroom} tokens per sequence (its max_len)"
+            )
+
+    def add_request(
+        self, prompt_ids: Sequence[int], params: SamplingParams, request_id: str | None = None
+    ) -> LiveSequence:
+        """Queue a request; it joins the batch at a coming `step`. Checked here, so a bad
+        request never reaches the batch."""
+        self.check_fits(prompt_ids, params)
+        seq = LiveSequence(
+            list(prompt_ids),
+            params,
+            make_generator(params.seed, self.model.device),
+            StopChecker(self.tokenizer, params.stop),
+            request_id=request_id,
+        )
+        self.waiting.append(seq)
+        return seq
+
+    def abort(self, seq: LiveSequence) -> None:
+        """Stop a request (a client went away); its row is freed at the next step."""
+        if seq.finished:
+            return
+        seq.finish_reason = "abort"
+        seq.finished_at = time.perf_counter()
+        if seq in self.waiting:
+            self.waiting.remove(seq)
 
     @torch.inference_mode()
     def generate(
@@ -162,46 +220,81 @@ class Engine:
         prompts: Sequence[Sequence[int]],
         params: SamplingParams | Sequence[SamplingParams],
     ) -> list[Completion]:
-        """Generate for each prompt (token ids); batches of up to `max_batch` at a time."""
+        """Generate for each prompt (token ids), `max_batch` sequences at a time: a row
+        freed by a finished sequence is taken by the next waiting one at the next step."""
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
         if len(params) != len(prompts):
             raise InvalidParameterError("give one SamplingParams, or one per prompt")
         for ids, p in zip(prompts, params, strict=True):
             self.check_fits(ids, p)
-        results: list[Completion] = []
-        for start in range(0, len(prompts), self.max_batch):
-            chunk = slice(start, start + self.max_batch)
-            results.extend(self._generate_batch(prompts[chunk], params[chunk]))
-        return results
+        seqs = [self.add_request(ids, p) for ids, p in zip(prompts, params, strict=True)]
+        while any(not s.finished for s in seqs):
+            self.step()
+        return [self.completion(s) for s in seqs]
 
-    def _generate_batch(self, prompts, params) -> list[Completion]:
-        device = self.model.device
-        seqs = [
-            LiveSequence(
-                list(ids), p, make_generator(p.seed, device), StopChecker(self.tokenizer, p.stop)
-            )
-            for ids, p in zip(prompts, params, strict=True)
-        ]
-        # Headroom: a verify pass writes k+1 positions before rolling back.
-        max_len = max(len(s.prompt_ids) + s.params.max_tokens for s in seqs)
-        max_len += self.window.k_max + 2
-        cache = self.model.new_cache(len(seqs), max_len)
-        drafter = self.drafter_factory(len(seqs), max_len) if self.drafter_factory else None
-        started = time.perf_counter()
-        live = list(seqs)  # live[i] owns cache row i (and drafter row i)
-        first = self._prefill(live, cache)
+    @torch.inference_mode()
+    def step(self) -> list[LiveSequence]:
+        """One scheduling step: free the rows of aborted sequences, admit waiting requests
+        (prefilling them together), then one speculative step over every live row.
+        Returns the sequences that gained tokens or finished in this step."""
+        touched = [s for s in self.live if s.finished]  # aborted since the last step
+        self._drop_finished()
+        admitted = self._admit()
+        touched += [s for s in admitted if s.finished]
+        if self.live:
+            touched += self.live
+            self._step(self.live, self._cache, self._drafter)
+            self._drop_finished()
+        return list(dict.fromkeys(touched))
+
+    def _admit(self) -> list[LiveSequence]:
+        """Move waiting requests (FIFO) into free rows and prefill them. A request that
+        needs a longer cache than the current one waits until the engine is idle, when the
+        cache is rebuilt to fit it."""
+        if not self.waiting:
+            return []
+        if not self.live:
+            self._ensure_cache()
+        admitted: list[LiveSequence] = []
+        while self.waiting and len(self.live) + len(admitted) < self._cache.max_batch:
+            seq = self.waiting[0]
+            if len(seq.prompt_ids) + seq.params.max_tokens + self.headroom > self._cache.max_len:
+                break
+            admitted.append(self.waiting.popleft())
+        if not admitted:
+            return []
+        first_row = len(self.live)
+        tokens = self._prefill(admitted, first_row)
         now = time.perf_counter()
-        for seq, token in zip(live, first.tolist(), strict=True):
+        for seq, token in zip(admitted, tokens.tolist(), strict=True):
             seq.append(token, self.eos_ids, now)
-        _drop_finished(live, [cache])
-        if drafter is not None and live:
-            drafter.admit([s.prompt_ids + s.output_ids for s in live])
-        holders = [cache] if drafter is None else [cache, drafter]
-        while live:
-            self._step(live, cache, drafter)
-            _drop_finished(live, holders)
-        return [self._completion(s, started) for s in seqs]
+        self.live.extend(admitted)
+        # Sequences done after one token leave before the drafter ever sees them.
+        _drop_finished(self.live, [self._cache], start=first_row)
+        if self._drafter is not None and len(self.live) > first_row:
+            self._drafter.admit([s.prompt_ids + s.output_ids for s in self.live[first_row:]])
+        return admitted
+
+    def _ensure_cache(self) -> None:
+        """(Re)build the KV cache and drafter, while idle, big enough for the queue."""
+        if self.max_len is not None:
+            rows, length = self.max_batch, self.max_len
+        else:
+            rows = min(self.max_batch, len(self.waiting))
+            length = max(len(s.prompt_ids) + s.params.max_tokens for s in self.waiting)
+            length += self.headroom
+        cache = self._cache
+        if cache is not None and cache.max_batch >= rows and cache.max_len >= length:
+            return
+        self._cache = self._drafter = None  # free the old memory first
+        self._cache = self.model.new_cache(rows, length)
+        if self.drafter_factory is not None:
+            self._drafter = self.drafter_factory(rows, length)
+
+    def _drop_finished(self) -> None:
+        holders = [self._cache] if self._drafter is None else [self._cache, self._drafter]
+        _drop_finished(self.live, holders)
 
     def _step(self, live: list[LiveSequence], cache: KVCache, drafter: Drafter | None) -> None:
         """Propose -> verify -> accept -> roll back, for every live row."""
@@ -214,6 +307,9 @@ class Engine:
             draft = Draft.empty(B, device)
         else:  # at k = 0 a drafter proposes nothing but may keep its state in step
             draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
+            # A row's own window: never verify drafts past its max_tokens.
+            remaining = torch.tensor([s.params.max_tokens - len(s.output_ids) for s in live])
+            draft = replace(draft, lengths=torch.minimum(draft.lengths, remaining - 1))
         t1 = time.perf_counter()
         # Verify: the last committed token and the draft, k+1 positions in one target pass.
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
@@ -240,13 +336,20 @@ class Engine:
                     break
         self.window.observe(B, k, now - t1, t1 - t0, *_conditional_counts(accepted, draft))
 
-    def _prefill(self, live: list[LiveSequence], cache: KVCache) -> torch.Tensor:
-        """Run all prompts at once (right-padded); sample each row's first token `[B]`."""
-        tokens, lengths = right_pad([s.prompt_ids for s in live], self.model.device)
-        out = self.model(tokens, cache, num_new=lengths, logits_at=(lengths - 1)[:, None])
-        probs = self._probs(out.logits, [s.params for s in live])
-        draft = Draft.empty(len(live), self.model.device)
-        verdict = self.acceptor(draft, probs, [s.generator for s in live])
+    def _prefill(self, seqs: list[LiveSequence], first_row: int) -> torch.Tensor:
+        """Run the prompts of rows `first_row..` at once (right-padded); sample each row's
+        first token `[B]`."""
+        tokens, lengths = right_pad([s.prompt_ids for s in seqs], self.model.device)
+        out = self.model(
+            tokens,
+            self._cache,
+            num_new=lengths,
+            logits_at=(lengths - 1)[:, None],
+            first_row=first_row,
+        )
+        probs = self._probs(out.logits, [s.params for s in seqs])
+        draft = Draft.empty(len(seqs), self.model.device)
+        verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
         return verdict.tokens[:, 0]
 
     @staticmethod
@@ -262,12 +365,13 @@ class Engine:
         )
         return flat.view(B, T, V)
 
-    def _completion(self, seq: LiveSequence, started: float) -> Completion:
+    def completion(self, seq: LiveSequence) -> Completion:
+        """The result of a finished (or aborted) request; times count from its arrival."""
         text = self.tokenizer.decode(seq.output_ids, skip_special_tokens=True)
         stats = seq.stats
         stats.generated = len(seq.output_ids)
-        stats.elapsed_s = (seq.finished_at or time.perf_counter()) - started
-        stats.ttft_s = (seq.first_token_at or started) - started
+        stats.elapsed_s = (seq.finished_at or time.perf_counter()) - seq.arrived_at
+        stats.ttft_s = (seq.first_token_at or seq.arrived_at) - seq.arrived_at
         return Completion(
             text=seq.stop.cut(text),
             token_ids=seq.output_ids,
@@ -286,10 +390,10 @@ def _conditional_counts(accepted: torch.Tensor, draft: Draft) -> tuple[list[int]
     return reached.sum(0).tolist(), kept.sum(0).tolist()
 
 
-def _drop_finished(live: list[LiveSequence], holders: list) -> None:
-    """Remove finished sequences, moving the last live row into each freed slot of every
-    row holder (the target's cache, the drafter)."""
-    i = 0
+def _drop_finished(live: list[LiveSequence], holders: list, start: int = 0) -> None:
+    """Remove finished sequences (from index `start` on), moving the last live row into
+    each freed slot of every row holder (the target's cache, the drafter)."""
+    i = start
     while i < len(live):
         if not live[i].finished:
             i += 1

@@ -6,6 +6,8 @@ has a history of committed tokens whose last token is not yet in any KV cache.
 
 - `admit(histories)`: new rows appended after the current ones, each with its history.
 - `propose(k, params, generators) -> Draft`: up to k tokens per row continuing the history.
+  The engine may shorten a row's draft afterwards (`Draft.lengths`, e.g. near max_tokens);
+  `commit` then reports at most that many accepted.
 - `commit(num_accepted [B], next_tokens [B])`: the target kept the first num_accepted
   draft tokens and added next_tokens; roll back whatever else was drafted.
 - `move_row(src, dst)` / `reset_row(row)`: the engine repacks rows when sequences finish.
