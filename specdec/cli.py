@@ -1,4 +1,4 @@
-"""`specdec` command line: generate, models list|pull."""
+"""`specdec` command line: generate, serve, models list|pull."""
 
 from __future__ import annotations
 
@@ -10,20 +10,11 @@ import time
 from specdec.errors import SpecdecError
 
 
-def _generate_args(sub) -> None:
-    p = sub.add_parser("generate", help="generate text from prompts")
+def _model_args(p) -> None:
+    """The target, its drafter and the acceptance rule: shared by generate and serve."""
     p.add_argument("--model", required=True, help="registry name, HF directory or .gguf file")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--ignore-eos", action="store_true", help="never stop at EOS (benchmarks)")
-    p.add_argument("--max-batch", type=int, default=8, help="prompts decoded together")
     p.add_argument("--draft", default=None, help="draft model (name/path) or 'ngram'")
     p.add_argument(
         "--speculate",
@@ -42,11 +33,45 @@ def _generate_args(sub) -> None:
         default="rejection",
         help="rejection (lossless) | greedy | typical (lossy) | module:Class",
     )
+
+
+def _generate_args(sub) -> None:
+    p = sub.add_parser("generate", help="generate text from prompts")
+    _model_args(p)
+    p.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="never stop at EOS (benchmarks)")
+    p.add_argument("--max-batch", type=int, default=8, help="prompts decoded together")
     p.add_argument(
         "--compare", action="store_true", help="also run plain decoding and print the speedup"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
     p.add_argument("prompts", nargs="+", metavar="PROMPT")
+
+
+def _serve_args(sub) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    _model_args(p)
+    p.add_argument("--max-batch-size", type=int, default=8, help="sequences decoded together")
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=4096,
+        help="KV cache length per sequence (prompt + output); capped by the model's context",
+    )
+    p.add_argument("--max-queue", type=int, default=256, help="waiting requests before 429")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument(
+        "--served-model-name", default=None, help="model id for clients (default: --model)"
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
 def _models_args(sub) -> None:
@@ -62,13 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _generate_args(sub)
+    _serve_args(sub)
     _models_args(sub)
     return parser
 
 
 def cmd_generate(args) -> None:
     from specdec.config import SamplingParams
-    from specdec.llm import LLM
 
     params = SamplingParams(
         temperature=args.temperature,
@@ -80,17 +105,7 @@ def cmd_generate(args) -> None:
         ignore_eos=args.ignore_eos,
     )
     t0 = time.perf_counter()
-    llm = LLM(
-        args.model,
-        draft=args.draft,
-        speculate=args.speculate,
-        acceptor=args.acceptor,
-        k_max=args.k_max,
-        draft_quant=args.draft_quant,
-        dtype=args.dtype,
-        device=args.device,
-        max_batch=args.max_batch,
-    )
+    llm = _load(args, max_batch=args.max_batch)
     load_s = time.perf_counter() - t0
     ids = [llm.encode(p, args.chat) for p in args.prompts]
     plain = llm.plain_engine().generate(ids, params) if args.compare else None
@@ -128,6 +143,34 @@ def _print_human(c, base, load_s: float) -> None:
     print(line, flush=True)
 
 
+def _load(args, **engine_args):
+    from specdec.llm import LLM
+
+    return LLM(
+        args.model,
+        draft=args.draft,
+        speculate=args.speculate,
+        acceptor=args.acceptor,
+        k_max=args.k_max,
+        draft_quant=args.draft_quant,
+        dtype=args.dtype,
+        device=args.device,
+        **engine_args,
+    )
+
+
+def cmd_serve(args) -> None:
+    import uvicorn
+
+    from specdec.serving.app import build_app
+
+    llm = _load(args, max_batch=args.max_batch_size, max_len=args.max_model_len)
+    name = args.served_model_name or args.model
+    app = build_app(llm.engine, name, api_key=args.api_key, max_queue=args.max_queue)
+    print(f"specdec: serving {name} on http://{args.host}:{args.port}/v1", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
 def cmd_models(args) -> None:
     from specdec.models import registry
 
@@ -147,7 +190,8 @@ def cmd_models(args) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        {"generate": cmd_generate, "models": cmd_models}[args.command](args)
+        commands = {"generate": cmd_generate, "serve": cmd_serve, "models": cmd_models}
+        commands[args.command](args)
     except SpecdecError as err:
         print(f"specdec: error: {err}", file=sys.stderr)
         return 2

@@ -158,6 +158,7 @@ class Engine:
         self.waiting: deque[LiveSequence] = deque()
         self._cache: KVCache | None = None
         self._drafter: Drafter | None = None
+        self.last_window = 0  # k of the latest step, for monitoring
 
     @property
     def context_length(self) -> int:
@@ -204,6 +205,14 @@ class Engine:
         )
         self.waiting.append(seq)
         return seq
+
+    def reset(self) -> None:
+        """Drop every request, live or waiting, and the caches (after a failed step)."""
+        for seq in [*self.live, *self.waiting]:
+            self.abort(seq)
+        self.live.clear()
+        self.waiting.clear()
+        self._cache = self._drafter = None
 
     def abort(self, seq: LiveSequence) -> None:
         """Stop a request (a client went away); its row is freed at the next step."""
@@ -301,7 +310,7 @@ class Engine:
         B, device = len(live), self.model.device
         params = [s.params for s in live]
         generators = [s.generator for s in live]
-        k = self.window.choose(B)
+        k = self.last_window = self.window.choose(B)
         t0 = time.perf_counter()
         if drafter is None:
             draft = Draft.empty(B, device)

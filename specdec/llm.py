@@ -41,6 +41,8 @@ class LLM:
         measured acceptance and costs, up to `k_max`). Defaults to "auto" with a drafter.
     acceptor: "rejection" (lossless, default), "greedy" (lossless for greedy requests),
         "typical" (lossy), "module:Class" (a user's TokenAcceptor), or an instance.
+    max_len: a fixed KV cache length per sequence (a server's memory budget); None sizes
+        the cache to each batch of requests.
     draft_quant: "int4" (default on CPU) stores the draft model's projections in 4 bits,
         halving a draft step's cost; it changes only q, which the lossless acceptors
         correct, never the output distribution. "none" keeps the draft in `dtype`.
@@ -58,6 +60,7 @@ class LLM:
         dtype: str = "bf16",
         device: str = "cpu",
         max_batch: int = 8,
+        max_len: int | None = None,
     ) -> None:
         from specdec.models.registry import resolve
 
@@ -75,8 +78,17 @@ class LLM:
             raise InvalidParameterError(f"draft_quant must be int4 or none, got {draft_quant!r}")
         factory = self._drafter_factory(draft, dtype, device, draft_quant) if draft else None
         self.eos_ids = eos_token_ids(path, self.tokenizer)
+        if max_len is not None:  # a server's fixed budget, never past the model's context
+            max_len = min(max_len, self.model.config.max_position_embeddings + window.k_max + 2)
         self.engine = Engine(
-            self.model, self.tokenizer, self.eos_ids, max_batch, factory, acceptor, window
+            self.model,
+            self.tokenizer,
+            self.eos_ids,
+            max_batch,
+            factory,
+            acceptor,
+            window,
+            max_len=max_len,
         )
 
     def plain_engine(self) -> Engine:

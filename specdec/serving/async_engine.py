@@ -1,0 +1,191 @@
+"""The engine on its own thread, fed by the server's event loop.
+
+The `Engine` is single-threaded and steps in a loop; HTTP handlers live on asyncio. They
+meet through two one-way channels: a command queue (add a request, abort one) that the
+engine thread drains between steps, and per-request asyncio queues that the engine thread
+fills with `loop.call_soon_threadsafe`. The engine never blocks the event loop and the
+event loop never touches the engine's state.
+
+A failing step (a bug, out of memory) fails the requests in flight with a server error and
+resets the engine; the thread and the server keep going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specdec.config import SamplingParams
+from specdec.engine import Completion, Engine, LiveSequence
+from specdec.serving.metrics import ServerMetrics
+
+log = logging.getLogger("specdec.serve")
+
+
+class QueueFullError(Exception):
+    """More requests waiting than the server's `--max-queue`."""
+
+
+@dataclass
+class Event:
+    """What the engine thread tells a request after a step."""
+
+    index: int  # which choice of the request (n > 1)
+    token_ids: list[int]  # all tokens generated so far
+    completion: Completion | None = None  # set once finished
+    error: str | None = None  # set when the engine failed
+
+
+@dataclass(eq=False)
+class RequestHandle:
+    """One sequence in flight, as the event loop sees it."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    events: asyncio.Queue
+    index: int = 0
+    seq: LiveSequence | None = None  # set by the engine thread
+    sent_tokens: int = 0
+    done: bool = False
+    request_id: str | None = None
+
+
+class AsyncEngine:
+    def __init__(self, engine: Engine, metrics: ServerMetrics, max_queue: int = 256) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.max_queue = max_queue
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._handles: dict[LiveSequence, RequestHandle] = {}
+        self._pending = 0  # submitted, not yet admitted to the batch
+        self._pending_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    # ---- event-loop side ------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, name="specdec-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._commands.put(("wake", None))
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def check(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+        """Validate against the context before queueing (raises ContextLengthError...)."""
+        self.engine.check_fits(prompt_ids, params)
+
+    def submit(
+        self, items: Sequence[tuple[list[int], SamplingParams]], request_id: str
+    ) -> tuple[list[RequestHandle], asyncio.Queue]:
+        """Queue one sequence per (prompt ids, params) item (the choices and prompts of one
+        request), all reporting to one event queue; item i's events carry index i."""
+        if self._pending + len(items) > self.max_queue:
+            raise QueueFullError(
+                f"the server has {self._pending} requests waiting (--max-queue "
+                f"{self.max_queue}); retry later"
+            )
+        for prompt_ids, params in items:
+            self.check(prompt_ids, params)
+        events: asyncio.Queue = asyncio.Queue()
+        handles = [
+            RequestHandle(list(ids), p, events, index=i, request_id=request_id)
+            for i, (ids, p) in enumerate(items)
+        ]
+        self._count_pending(len(handles))
+        for h in handles:
+            self._commands.put(("add", h))
+        return handles, events
+
+    def abort(self, handles: Sequence[RequestHandle]) -> None:
+        """Cancel whatever of these is unfinished (a client went away)."""
+        for h in handles:
+            if not h.done:
+                self._commands.put(("abort", h))
+
+    def _count_pending(self, change: int) -> None:
+        with self._pending_lock:
+            self._pending += change
+            self.metrics.queue_length.set(self._pending)
+
+    # ---- engine-thread side ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._drain_commands(block=not self.engine.has_work)
+                if self.engine.has_work:
+                    self._step()
+            except Exception:  # noqa: BLE001 - the server must outlive any failing step
+                log.error("engine step failed:\n%s", traceback.format_exc())
+                self._fail_all("the engine failed while decoding; see the server log")
+
+    def _drain_commands(self, block: bool) -> None:
+        while True:
+            try:
+                kind, handle = self._commands.get(block=block, timeout=0.5 if block else None)
+            except queue.Empty:
+                return
+            block = False
+            if kind == "add":
+                handle.seq = self.engine.add_request(
+                    handle.prompt_ids, handle.params, handle.request_id
+                )
+                self._handles[handle.seq] = handle
+            elif kind == "abort" and handle.seq is not None:
+                if handle.seq in self.engine.waiting:
+                    self._count_pending(-1)
+                self.engine.abort(handle.seq)
+                if not any(s is handle.seq for s in self.engine.live):
+                    self._publish(handle.seq)  # never admitted: finished now
+
+    def _step(self) -> None:
+        waiting_before = len(self.engine.waiting)
+        touched = self.engine.step()
+        self._count_pending(len(self.engine.waiting) - waiting_before)
+        self.metrics.steps.inc()
+        self.metrics.batch_size.set(len(self.engine.live))
+        self.metrics.window.set(self.engine.last_window)
+        for seq in touched:
+            self._publish(seq)
+
+    def _publish(self, seq: LiveSequence) -> None:
+        handle = self._handles.get(seq)
+        if handle is None:
+            return
+        completion = None
+        if seq.finished:
+            del self._handles[seq]
+            completion = self.engine.completion(seq)
+            self.metrics.finished(completion.finish_reason, len(seq.prompt_ids), completion.stats)
+        elif len(seq.output_ids) == handle.sent_tokens:
+            return
+        handle.sent_tokens = len(seq.output_ids)
+        event = Event(handle.index, list(seq.output_ids), completion)
+        self._loop.call_soon_threadsafe(handle.events.put_nowait, event)
+
+    def _fail_all(self, message: str) -> None:
+        """Fail every request in flight and start from an empty engine."""
+        for seq, handle in list(self._handles.items()):
+            self._loop.call_soon_threadsafe(
+                handle.events.put_nowait, Event(handle.index, list(seq.output_ids), error=message)
+            )
+            self.metrics.requests.labels("error").inc()
+        self._handles.clear()
+        self.engine.reset()
+        self._count_pending(-self._pending)
+        self.metrics.batch_size.set(0)
