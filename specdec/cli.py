@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from specdec.errors import SpecdecError
+from specdec.errors import InvalidParameterError, SpecdecError
 
 
 def _model_args(p) -> None:
@@ -74,6 +74,31 @@ def _serve_args(sub) -> None:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
+def _bench_serve_args(sub) -> None:
+    p = sub.add_parser(
+        "bench-serve",
+        help="load-test a server (ShareGPT or code prompts), speculation on vs off",
+    )
+    p.add_argument("--url", default=None, help="an already running server (else launch one)")
+    p.add_argument("--served-model", default=None, help="model id at --url (default: first)")
+    p.add_argument("--model", default=None, help="target to launch `specdec serve` with")
+    p.add_argument("--draft", default=None, help="draft to launch with (name/path or ngram)")
+    p.add_argument(
+        "--speculate",
+        default="off,auto",
+        help="comma list of server settings to compare: off, auto or K (launch mode)",
+    )
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--max-batch-size", type=int, default=8)
+    p.add_argument("--dataset", default="sharegpt", choices=["sharegpt", "code"])
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--concurrency", default="1,4,8", help="comma list of closed-loop clients")
+    p.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals per s")
+    p.add_argument("--port", type=int, default=8123, help="port for launched servers")
+    p.add_argument("--out", default="bench-serve.json", help="results (JSON rows)")
+
+
 def _models_args(sub) -> None:
     p = sub.add_parser("models", help="list or pull the registry's models")
     msub = p.add_subparsers(dest="models_cmd", required=True)
@@ -88,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _generate_args(sub)
     _serve_args(sub)
+    _bench_serve_args(sub)
     _models_args(sub)
     return parser
 
@@ -171,6 +197,61 @@ def cmd_serve(args) -> None:
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 
+def cmd_bench_serve(args) -> None:
+    import asyncio
+
+    import httpx
+
+    from specdec.bench import workloads
+    from specdec.serving import loadgen
+
+    if args.url is None and args.model is None:
+        raise InvalidParameterError("give --url of a running server or --model to launch one")
+    n = args.num_prompts
+    if args.dataset == "code":
+        prompts = (workloads.CODE_PROMPTS * (n // len(workloads.CODE_PROMPTS) + 1))[:n]
+    else:
+        prompts = workloads.sharegpt_prompts(n)
+    loads = (
+        [("rate", args.request_rate)]
+        if args.request_rate
+        else [("clients", int(c)) for c in args.concurrency.split(",")]
+    )
+    rows: list[dict] = []
+
+    def measure(url: str, model: str, label: str) -> None:
+        asyncio.run(loadgen.run_load(url, model, prompts[:1], args.max_tokens, 1))  # warm-up
+        for kind, value in loads:
+            concurrency, rate = (value, None) if kind == "clients" else (None, value)
+            results, wall = asyncio.run(
+                loadgen.run_load(url, model, prompts, args.max_tokens, concurrency, rate)
+            )
+            row = loadgen.result_row(label, f"{kind}={value}", loadgen.summarize(results, wall))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            with open(args.out, "w") as f:
+                json.dump(rows, f, indent=1)
+
+    if args.url:
+        model = args.served_model or httpx.get(args.url + "/v1/models").json()["data"][0]["id"]
+        measure(args.url.rstrip("/"), model, "given")
+    else:
+        for setting in args.speculate.split(","):
+            serve = ["--model", args.model, "--dtype", args.dtype, "--served-model-name", "bench"]
+            serve += ["--max-batch-size", str(args.max_batch_size), "--log-level", "warning"]
+            if setting != "off":
+                if args.draft is None:
+                    raise InvalidParameterError(f"--speculate {setting} needs --draft")
+                serve += ["--draft", args.draft, "--speculate", setting]
+            server = loadgen.LaunchedServer(serve, args.port, f"{args.out}.{setting}.log")
+            try:
+                server.wait_ready()
+                measure(server.url, "bench", f"speculate {setting}")
+            finally:
+                server.stop()
+    print(loadgen.format_table(rows))
+
+
 def cmd_models(args) -> None:
     from specdec.models import registry
 
@@ -190,7 +271,12 @@ def cmd_models(args) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        commands = {"generate": cmd_generate, "serve": cmd_serve, "models": cmd_models}
+        commands = {
+            "generate": cmd_generate,
+            "serve": cmd_serve,
+            "bench-serve": cmd_bench_serve,
+            "models": cmd_models,
+        }
         commands[args.command](args)
     except SpecdecError as err:
         print(f"specdec: error: {err}", file=sys.stderr)

@@ -122,3 +122,20 @@ def test_32_concurrent_streaming_clients(server, offline):
     assert [finish for _, finish in results] == ["length"] * 32
     assert [text for text, _ in results] == [offline(p, 20) for p in prompts]
     assert server.metric("specdec_rejected_requests_total") == 0
+
+
+def test_serving_benchmark_load_generator(server):
+    """bench-serve's client: every request measured, speculation figures read from usage."""
+    from specdec.serving import loadgen
+
+    prompts = ["a", "bb", "ccc", "dddd", "e", "ff"]
+    results, wall = asyncio.run(loadgen.run_load(server.url, MODEL, prompts, 12, concurrency=3))
+    summary = loadgen.summarize(results, wall)
+    assert summary["requests"] == 6 and summary["failed"] == 0
+    assert summary["output_tokens"] == 72 and summary["output_tokens_per_s"] > 0
+    assert 0 < summary["ttft_median_ms"] <= summary["ttft_p90_ms"] <= summary["ttft_p99_ms"]
+    assert summary["tokens_per_target_pass"] >= 1.0 and all(r.drafted > 0 for r in results)
+    rate, _ = asyncio.run(loadgen.run_load(server.url, MODEL, prompts[:3], 4, request_rate=50))
+    assert all(r.ok for r in rate)
+    table = loadgen.format_table([loadgen.result_row("s", "clients=3", summary)])
+    assert table.count("\n") == 2 and "| s | clients=3 |" in table
