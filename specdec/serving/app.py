@@ -60,10 +60,12 @@ def build_app(
     *,
     api_key: str | None = None,
     max_queue: int = 256,
+    sync: Callable[[list | None], list] | None = None,
 ) -> FastAPI:
-    """The server for one engine; `model_name` is the id clients must ask for."""
+    """The server for one engine; `model_name` is the id clients must ask for. `sync`
+    shares each step's commands with the other ranks under tensor parallelism."""
     metrics = ServerMetrics()
-    runner = AsyncEngine(engine, metrics, max_queue)
+    runner = AsyncEngine(engine, metrics, max_queue, sync)
     tokenizer = engine.tokenizer
     vocab_size = len(tokenizer)
 

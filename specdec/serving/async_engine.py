@@ -13,12 +13,14 @@ resets the engine; the thread and the server keep going.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import queue
+import random
 import threading
 import traceback
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from specdec.config import SamplingParams
 from specdec.engine import Completion, Engine, LiveSequence
@@ -49,6 +51,7 @@ class RequestHandle:
     params: SamplingParams
     events: asyncio.Queue
     index: int = 0
+    key: int = 0  # names the sequence in commands (which may cross process boundaries)
     seq: LiveSequence | None = None  # set by the engine thread
     sent_tokens: int = 0
     done: bool = False
@@ -56,12 +59,24 @@ class RequestHandle:
 
 
 class AsyncEngine:
-    def __init__(self, engine: Engine, metrics: ServerMetrics, max_queue: int = 256) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        metrics: ServerMetrics,
+        max_queue: int = 256,
+        sync: Callable[[list | None], list] | None = None,
+    ) -> None:
         self.engine = engine
         self.metrics = metrics
         self.max_queue = max_queue
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._handles: dict[LiveSequence, RequestHandle] = {}
+        self._by_key: dict[int, RequestHandle] = {}
+        self._seqs: dict[int, LiveSequence] = {}  # key -> sequence, for apply_commands
+        self._keys = itertools.count()
+        # sync(commands) -> commands: under tensor parallelism rank 0 sends each step's
+        # commands to the other ranks, which replay them (see `follow`).
+        self.sync = sync
         self._pending = 0  # submitted, not yet admitted to the batch
         self._pending_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -77,7 +92,7 @@ class AsyncEngine:
 
     def stop(self) -> None:
         self._stopping.set()
-        self._commands.put(("wake", None))
+        self._commands.put(("wake",))
         if self._thread is not None:
             self._thread.join(timeout=10)
 
@@ -103,19 +118,22 @@ class AsyncEngine:
             self.check(prompt_ids, params)
         events: asyncio.Queue = asyncio.Queue()
         handles = [
-            RequestHandle(list(ids), p, events, index=i, request_id=request_id)
+            RequestHandle(
+                list(ids), _seeded(p), events, index=i, request_id=request_id, key=next(self._keys)
+            )
             for i, (ids, p) in enumerate(items)
         ]
         self._count_pending(len(handles))
         for h in handles:
-            self._commands.put(("add", h))
+            self._by_key[h.key] = h
+            self._commands.put(("add", h.key, h.prompt_ids, h.params, request_id))
         return handles, events
 
     def abort(self, handles: Sequence[RequestHandle]) -> None:
         """Cancel whatever of these is unfinished (a client went away)."""
         for h in handles:
             if not h.done:
-                self._commands.put(("abort", h))
+                self._commands.put(("abort", h.key))
 
     def _count_pending(self, change: int) -> None:
         with self._pending_lock:
@@ -127,31 +145,41 @@ class AsyncEngine:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                self._drain_commands(block=not self.engine.has_work)
+                commands = self._take_commands(block=not self.engine.has_work)
+                if self.sync is not None:
+                    commands = self.sync(commands)
+                self._apply(commands)
                 if self.engine.has_work:
                     self._step()
             except Exception:  # noqa: BLE001 - the server must outlive any failing step
                 log.error("engine step failed:\n%s", traceback.format_exc())
                 self._fail_all("the engine failed while decoding; see the server log")
+        if self.sync is not None:
+            self.sync([("stop",)])
 
-    def _drain_commands(self, block: bool) -> None:
+    def _take_commands(self, block: bool) -> list[tuple]:
+        """What arrived since the last step; waits up to 0.5 s when idle (so an idle
+        server still ticks: under TP the other ranks hear from rank 0 at least that often)."""
+        commands = []
         while True:
             try:
-                kind, handle = self._commands.get(block=block, timeout=0.5 if block else None)
+                command = self._commands.get(block=block, timeout=0.5 if block else None)
             except queue.Empty:
-                return
+                return commands
             block = False
-            if kind == "add":
-                handle.seq = self.engine.add_request(
-                    handle.prompt_ids, handle.params, handle.request_id
-                )
+            if command[0] != "wake":
+                commands.append(command)
+
+    def _apply(self, commands: list[tuple]) -> None:
+        aborted_waiting = apply_commands(self.engine, commands, self._seqs)
+        for command in commands:
+            if command[0] == "add":
+                handle = self._by_key.pop(command[1])
+                handle.seq = self._seqs[command[1]]
                 self._handles[handle.seq] = handle
-            elif kind == "abort" and handle.seq is not None:
-                if handle.seq in self.engine.waiting:
-                    self._count_pending(-1)
-                self.engine.abort(handle.seq)
-                if not any(s is handle.seq for s in self.engine.live):
-                    self._publish(handle.seq)  # never admitted: finished now
+        for seq in aborted_waiting:  # never took a row: finished now
+            self._count_pending(-1)
+            self._publish(seq)
 
     def _step(self) -> None:
         waiting_before = len(self.engine.waiting)
@@ -170,6 +198,7 @@ class AsyncEngine:
         completion = None
         if seq.finished:
             del self._handles[seq]
+            self._seqs.pop(handle.key, None)
             completion = self.engine.completion(seq)
             self.metrics.finished(completion.finish_reason, len(seq.prompt_ids), completion.stats)
         elif len(seq.output_ids) == handle.sent_tokens:
@@ -186,6 +215,50 @@ class AsyncEngine:
             )
             self.metrics.requests.labels("error").inc()
         self._handles.clear()
+        self._seqs.clear()
         self.engine.reset()
         self._count_pending(-self._pending)
         self.metrics.batch_size.set(0)
+
+
+def apply_commands(
+    engine: Engine, commands: list[tuple], seqs: dict[int, LiveSequence]
+) -> list[LiveSequence]:
+    """Replay one step's commands on an engine: ("add", key, prompt_ids, params,
+    request_id) queues a sequence, ("abort", key) stops one. Returns the sequences aborted
+    while still waiting (they finish without ever taking a row)."""
+    aborted_waiting = []
+    for command in commands:
+        if command[0] == "add":
+            _, key, prompt_ids, params, request_id = command
+            seqs[key] = engine.add_request(prompt_ids, params, request_id)
+        elif command[0] == "abort" and command[1] in seqs:
+            seq = seqs[command[1]]
+            waiting = seq in engine.waiting
+            engine.abort(seq)
+            if waiting:
+                aborted_waiting.append(seq)
+    return aborted_waiting
+
+
+def follow(engine: Engine, sync: Callable[[list | None], list]) -> None:
+    """The loop of a rank other than 0 under tensor parallelism: receive rank 0's commands,
+    replay them, and take the same step (the model's collectives pair up)."""
+    seqs: dict[int, LiveSequence] = {}
+    while True:
+        commands = sync(None)
+        if any(c[0] == "stop" for c in commands):
+            return
+        apply_commands(engine, commands, seqs)
+        if engine.has_work:
+            for seq in engine.step():
+                if seq.finished:
+                    seqs.pop(next((k for k, s in seqs.items() if s is seq), None), None)
+
+
+def _seeded(params: SamplingParams) -> SamplingParams:
+    """A concrete seed for an unseeded request (what None means: a fresh random one), so
+    every rank of a tensor-parallel server samples alike."""
+    if params.seed is not None:
+        return params
+    return replace(params, seed=random.getrandbits(63))

@@ -151,3 +151,26 @@ def test_queue_full_is_429(engine):
         fits = client.post(CMPL, json={**OK, "n": 2})
     assert full.status_code == 429 and full.json()["error"]["type"] == "rate_limit_error"
     assert fits.status_code == 200 and len(fits.json()["choices"]) == 2
+
+
+def test_commands_replayed_on_a_follower_give_the_same_tokens(engine):
+    """Under TP, ranks other than 0 replay rank 0's per-step commands (`follow`): an
+    unseeded sampled request must come out identical on both."""
+    from specdec.serving.async_engine import follow
+
+    recorded = []
+
+    def record(commands):
+        recorded.append(list(commands))
+        return commands
+
+    body = {**OK, "temperature": 1.0, "max_tokens": 12, "n": 2}
+    with TestClient(build_app(engine, MODEL, sync=record)) as client:
+        texts = [c["text"] for c in client.post(CMPL, json=body).json()["choices"]]
+    follower = Engine(engine.model, engine.tokenizer, frozenset(), max_len=128)
+    seqs = []
+    add = follower.add_request
+    follower.add_request = lambda *a: seqs.append(add(*a)) or seqs[-1]
+    replay = iter(recorded)
+    follow(follower, lambda _: next(replay))
+    assert [follower.completion(s).text for s in seqs] == texts and texts[0] != texts[1]
