@@ -46,6 +46,8 @@ def _generate_args(sub) -> None:
         "--compare", action="store_true", help="also run plain decoding and print the speedup"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (under torchrun)")
+    p.add_argument("--draft-tp", type=int, default=1, help="1 (replicated draft) or --tp")
     p.add_argument("prompts", nargs="+", metavar="PROMPT")
 
 
@@ -67,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_generate(args) -> None:
+    from specdec.distributed import tensor_parallel
+
+    # --tp N: one rank per process (torchrun); a rank's failure surfaces on rank 0.
+    with tensor_parallel(args.tp, args.device) as tp:
+        _generate(args, quiet=tp is not None and not tp.is_leader)
+
+
+def _generate(args, quiet: bool) -> None:
     from specdec.config import SamplingParams
     from specdec.llm import LLM
 
@@ -90,11 +100,16 @@ def cmd_generate(args) -> None:
         dtype=args.dtype,
         device=args.device,
         max_batch=args.max_batch,
+        tp=args.tp,
+        draft_tp=args.draft_tp,
     )
     load_s = time.perf_counter() - t0
     ids = [llm.encode(p, args.chat) for p in args.prompts]
+    params = llm.spmd_params(params, len(ids))
     plain = llm.plain_engine().generate(ids, params) if args.compare else None
     completions = llm.engine.generate(ids, params)
+    if quiet:  # tensor parallelism: rank 0 prints
+        return
     for i, (prompt, c) in enumerate(zip(args.prompts, completions, strict=True)):
         base = plain[i] if plain else None
         if args.json:
