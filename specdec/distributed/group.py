@@ -5,23 +5,25 @@ SPMD: every rank runs the same engine on the same requests; only the model's for
 passes are collective. Whatever the engine decides from local state (timings, fresh random
 seeds) is decided by rank 0 and broadcast (`specdec.distributed.spmd`).
 
-Failures. A rank that raises posts its error to the rendezvous store, then destroys its
-process group: its peers' pending collectives fail at once (gloo: "connection reset by
-peer") instead of waiting for the timeout. Rank 0 then reads what the other ranks posted
-and raises `DistributedError("rank 1 failed: ValueError: ...")`. A rank that dies without
-a word (killed) or hangs is reported as such after the group's timeout. No rank is left
-waiting: followers wait at most `RELEASE_S` for rank 0 to print before they exit, and
-torchrun (`--max-restarts 0`, its default) stops the remaining workers once one exits with
-an error.
+Failures. A rank that raises posts its error to the rendezvous store. A follower then
+exits (status 1), which closes its connections: the collective rank 0 is waiting in fails
+at once ("connection reset by peer") instead of at the timeout, and rank 0 raises
+`DistributedError("tensor parallelism: rank 1 failed: ValueError: ...")` from what was
+posted. A rank that dies without a word (killed) is reported as such at once, one that
+hangs after the group's timeout (`SPECDEC_TP_TIMEOUT_S`, default 300 s). When rank 0
+fails, it raises its own error and leaves; the followers' collectives then fail and they
+exit. torchrun (`--max-restarts 0`, its default) stops the remaining workers once one
+exits with an error, so no rank is left waiting.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
 import os
+import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,12 +31,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from specdec.errors import DistributedError, InvalidParameterError
+from specdec.errors import DistributedError, InvalidParameterError, SpecdecError
 
 DEFAULT_TIMEOUT_S = 300.0  # a collective waiting longer than this means a rank is hung
 TIMEOUT_ENV = "SPECDEC_TP_TIMEOUT_S"
 GRACE_S = 2.0  # how long rank 0 waits for the others' error reports
-RELEASE_S = 10.0  # how long a failed follower waits for rank 0 to report before exiting
 _KEY = "specdec/"
 
 _current: TPGroup | None = None
@@ -92,11 +93,13 @@ class TPGroup:
     # -- failures and shutdown -------------------------------------------------------------
 
     def fail(self, err: BaseException) -> BaseException:
-        """Report `err` (raised on this rank) to the group and return what to raise.
+        """Report `err` (raised on this rank) to the group; on rank 0, return what to raise.
 
-        Posts the error, destroys the process group so peers blocked in a collective with
-        this rank fail at once, and on rank 0 turns a communication failure into a
-        `DistributedError` naming the rank that failed first and why.
+        Every rank posts its error to the store. A follower then prints it and exits at
+        once: its connections close, so the collective rank 0 is blocked in fails now
+        rather than at the timeout (gloo offers no other way to interrupt a peer's
+        collective). Rank 0 turns a failed collective into a `DistributedError` naming the
+        rank that failed first and why; its own errors it raises as they are.
         """
         if self.failed:
             return err
@@ -104,13 +107,9 @@ class TPGroup:
         own = not _is_comm_error(err)
         summary = _summary(err)
         _quietly(self.store.set, f"{_KEY}error/{self.rank}", f"{int(own)}|{summary}")
-        self._destroy()
         if not self.is_leader:
-            # Stay alive until rank 0 has read the reports (or is gone), so a launcher that
-            # stops everyone when one worker exits does not cut rank 0's message short.
-            _quietly(self.store.wait, [f"{_KEY}released"], timedelta(seconds=RELEASE_S))
-            return err
-        atexit.register(_quietly, self.store.set, f"{_KEY}released", "1")
+            _exit_follower(self.rank, err, own)
+        self._destroy()
         if own:
             return err
         reports = self._reports()
@@ -157,6 +156,16 @@ class TPGroup:
         if self.owns_group and dist.is_initialized():
             with contextlib.suppress(Exception):
                 dist.destroy_process_group()
+
+
+def _exit_follower(rank: int, err: BaseException, own: bool) -> None:
+    """A failed follower's last words (rank 0 reports the failure), then exit status 1."""
+    if own and not isinstance(err, SpecdecError):
+        traceback.print_exception(err, file=sys.stderr)
+    print(f"specdec: rank {rank} stopped: {_summary(err)}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def current() -> TPGroup | None:
@@ -219,19 +228,21 @@ def tensor_parallel(
     """`init_tensor_parallel` for a block: errors inside it are reported across ranks
     (rank 0 raises a `DistributedError` naming the rank that failed), and the group is
     shut down on the way out."""
+    joined = _current is not None
     group = init_tensor_parallel(tp, device, timeout_s)
     if group is None:
         yield None
         return
     try:
         yield group
-    except BaseException as err:
+    except (Exception, KeyboardInterrupt) as err:
         raised = group.fail(err)
         if raised is err:
             raise
         raise raised from err
     finally:
-        group.close()
+        if not joined:  # nested in a block that joined the group: leave it to that block
+            group.close()
 
 
 def reports_failures(keep: tuple[type[BaseException], ...] = ()) -> Callable:
@@ -247,7 +258,7 @@ def reports_failures(keep: tuple[type[BaseException], ...] = ()) -> Callable:
                 return method(self, *args, **kwargs)
             except keep:
                 raise
-            except BaseException as err:
+            except (Exception, KeyboardInterrupt) as err:
                 group = getattr(self, "tp", None)
                 raised = err if group is None else group.fail(err)
                 if raised is err:
@@ -271,6 +282,8 @@ def _is_comm_error(err: BaseException) -> bool:
 
 def _summary(err: BaseException) -> str:
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if text.startswith("[") and "] " in text:  # gloo's "[.../pair.cc:553] Connection ..."
+        text = text.split("] ", 1)[1]
     return f"{type(err).__name__}: {text[:300]}" if text else type(err).__name__
 
 
