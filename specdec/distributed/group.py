@@ -214,7 +214,9 @@ def init_tensor_parallel(
         store = dist.distributed_c10d._get_default_store()
         rank, owns = dist.get_rank(), False
     else:
-        store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+        # Joining may wait on slow starters longer than a collective may take.
+        joining = timedelta(seconds=max(timeout_s, DEFAULT_TIMEOUT_S))
+        store, rank, world = next(dist.rendezvous("env://", timeout=joining))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         owns = True
     _current = TPGroup(rank, world, device, store, timeout_s, owns_group=owns)

@@ -28,7 +28,7 @@ from tiny import hf_tiny, tiny_tokenizer
 
 WORKER = Path(__file__).with_name("tp_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
-LAUNCH_TIMEOUT_S = 150
+LAUNCH_TIMEOUT_S = 180
 HANG_TIMEOUT_S = 8  # the group timeout in the hang scenario
 
 
@@ -195,7 +195,7 @@ def test_a_rank_that_raises_is_named_on_rank0(failures):
     assert code != 0  # torchrun: a worker failed
     assert report["type"] == "DistributedError"
     assert "rank 1 failed: ValueError: injected failure on rank 1" in report["message"]
-    assert report["seconds"] < 45  # at once, not after the 60 s group timeout
+    assert report["seconds"] < 60  # at once, not after the 120 s group timeout
     assert "DistributedError: tensor parallelism: rank 1 failed" in out
 
 
@@ -204,7 +204,7 @@ def test_a_killed_rank_is_reported_at_once(failures):
     assert code == 2
     assert "lost contact with rank(s) [1]" in report["message"]
     assert "reset by peer" in report["message"] or "closed by peer" in report["message"]
-    assert report["seconds"] < 45
+    assert report["seconds"] < 60
 
 
 def test_a_hung_rank_is_reported_after_the_timeout(failures):

@@ -121,7 +121,7 @@ def failing(mode: str, out_path: str) -> int:
     """Rank 1 fails in its third target forward; rank 0 records what it sees."""
     started = time.monotonic()
     try:
-        with tensor_parallel(2, timeout_s=float(os.environ.get("TEST_TP_TIMEOUT", "60"))) as tp:
+        with tensor_parallel(2, timeout_s=float(os.environ.get("TEST_TP_TIMEOUT", "120"))) as tp:
             target = build("qwen2", tp)
             calls = [0]
 
