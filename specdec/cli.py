@@ -33,6 +33,8 @@ def _model_args(p) -> None:
         default="rejection",
         help="rejection (lossless) | greedy | typical (lossy) | module:Class",
     )
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (under torchrun)")
+    p.add_argument("--draft-tp", type=int, default=1, help="1 (replicated draft) or --tp")
 
 
 def _generate_args(sub) -> None:
@@ -119,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_generate(args) -> None:
+    from specdec.distributed import tensor_parallel
+
+    # --tp N: one rank per process (torchrun); a rank's failure surfaces on rank 0.
+    with tensor_parallel(args.tp, args.device) as tp:
+        _generate(args, quiet=tp is not None and not tp.is_leader)
+
+
+def _generate(args, quiet: bool) -> None:
     from specdec.config import SamplingParams
 
     params = SamplingParams(
@@ -134,8 +144,11 @@ def cmd_generate(args) -> None:
     llm = _load(args, max_batch=args.max_batch)
     load_s = time.perf_counter() - t0
     ids = [llm.encode(p, args.chat) for p in args.prompts]
+    params = llm.spmd_params(params, len(ids))
     plain = llm.plain_engine().generate(ids, params) if args.compare else None
     completions = llm.engine.generate(ids, params)
+    if quiet:  # tensor parallelism: rank 0 prints
+        return
     for i, (prompt, c) in enumerate(zip(args.prompts, completions, strict=True)):
         base = plain[i] if plain else None
         if args.json:
@@ -181,18 +194,33 @@ def _load(args, **engine_args):
         draft_quant=args.draft_quant,
         dtype=args.dtype,
         device=args.device,
+        tp=args.tp,
+        draft_tp=args.draft_tp,
         **engine_args,
     )
 
 
 def cmd_serve(args) -> None:
+    from specdec.distributed import tensor_parallel
+
+    # --tp N: rank 0 serves HTTP and sends each step's commands to the others, which follow.
+    with tensor_parallel(args.tp, args.device) as tp:
+        llm = _load(args, max_batch=args.max_batch_size, max_len=args.max_model_len)
+        if tp is not None and not tp.is_leader:
+            from specdec.serving.async_engine import follow
+
+            follow(llm.engine, lambda _: tp.broadcast_object(None))
+            return
+        _serve(args, llm, sync=tp.broadcast_object if tp is not None else None)
+
+
+def _serve(args, llm, sync) -> None:
     import uvicorn
 
     from specdec.serving.app import build_app
 
-    llm = _load(args, max_batch=args.max_batch_size, max_len=args.max_model_len)
     name = args.served_model_name or args.model
-    app = build_app(llm.engine, name, api_key=args.api_key, max_queue=args.max_queue)
+    app = build_app(llm.engine, name, api_key=args.api_key, max_queue=args.max_queue, sync=sync)
     print(f"specdec: serving {name} on http://{args.host}:{args.port}/v1", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 

@@ -21,10 +21,17 @@ import torch
 from specdec.acceptors import ACCEPTORS, TokenAcceptor
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
+from specdec.distributed import (
+    check_tp_split,
+    init_tensor_parallel,
+    reports_failures,
+    shared_seeds,
+    shared_window,
+)
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.drafters.draft_model import check_same_tokenizer
 from specdec.engine import Completion, Engine
-from specdec.errors import InvalidParameterError
+from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.loading import load_transformer
 from specdec.models.quant import quantize_int4
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
@@ -46,8 +53,13 @@ class LLM:
     draft_quant: "int4" (default on CPU) stores the draft model's projections in 4 bits,
         halving a draft step's cost; it changes only q, which the lossless acceptors
         correct, never the output distribution. "none" keeps the draft in `dtype`.
+    tp: tensor-parallel ranks for the target, launched by `torchrun --nproc-per-node tp`;
+        every rank builds the same LLM and calls `generate` with the same prompts.
+    draft_tp: 1 (default: every rank runs the whole draft model, no communication) or
+        `tp` (the draft is sharded like the target).
     """
 
+    @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others
     def __init__(
         self,
         model: str,
@@ -61,8 +73,15 @@ class LLM:
         device: str = "cpu",
         max_batch: int = 8,
         max_len: int | None = None,
+        tp: int = 1,
+        draft_tp: int = 1,
     ) -> None:
         from specdec.models.registry import resolve
+
+        self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
+        if draft_tp not in (1, tp):
+            raise InvalidParameterError(f"draft_tp must be 1 or tp ({tp}), got {draft_tp}")
+        self.draft_tp = draft_tp
 
         window = build_window(
             speculate if speculate is not None else (0 if draft is None else "auto"), k_max
@@ -71,7 +90,10 @@ class LLM:
         path = resolve(model, dtype)
         self.name = model
         self.tokenizer = load_tokenizer(path)
-        self.model = load_transformer(path, dtype, torch.device(device))
+        if self.tp is not None:  # each rank on its own device; refuse bad splits before loading
+            device = self.tp.device
+            check_tp_split(path, draft if draft_tp > 1 else None, dtype, tp)
+        self.model = load_transformer(path, dtype, torch.device(device), tp=self.tp)
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
         if draft_quant not in ("int4", "none"):
@@ -80,6 +102,7 @@ class LLM:
         self.eos_ids = eos_token_ids(path, self.tokenizer)
         if max_len is not None:  # a server's fixed budget, never past the model's context
             max_len = min(max_len, self.model.config.max_position_embeddings + window.k_max + 2)
+        window = shared_window(window, self.tp)  # rank 0's choice of k on every rank
         self.engine = Engine(
             self.model,
             self.tokenizer,
@@ -102,7 +125,9 @@ class LLM:
 
         path = resolve(draft, dtype)
         check_same_tokenizer(self.tokenizer, load_tokenizer(path))
-        self.draft_model = load_transformer(path, dtype, torch.device(device))
+        # draft_tp = 1: every rank holds the whole draft and drafts on its own.
+        shard = self.tp if self.draft_tp > 1 else None
+        self.draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
         if quant == "int4":
             quantize_int4(self.draft_model)
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
@@ -113,6 +138,7 @@ class LLM:
     def encode(self, prompt: str, chat: bool = False) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, chat)
 
+    @reports_failures(keep=(SpecdecError,))
     def generate(
         self,
         prompts: str | Sequence[str],
@@ -124,7 +150,17 @@ class LLM:
         if isinstance(prompts, str):
             prompts = [prompts]
         ids = [self.encode(p, chat) for p in prompts]
-        return self.engine.generate(ids, params or SamplingParams())
+        return self.engine.generate(ids, self.spmd_params(params or SamplingParams(), len(ids)))
+
+    def spmd_params(self, params, n: int):
+        """Under tensor parallelism, rank 0's seeds for the `n` requests that have none
+        (every rank must sample alike); `params` unchanged otherwise."""
+        return shared_seeds(params, n, self.tp)
+
+    def close(self) -> None:
+        """Leave the tensor-parallel group if this LLM joined it (no-op for tp = 1)."""
+        if self.tp is not None:
+            self.tp.close()
 
 
 def build_window(speculate: int | str, k_max: int = 8) -> FixedWindow | AdaptiveWindow:

@@ -5,6 +5,7 @@ template; the draft is a different random model, so drafts are sometimes rejecte
 """
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -36,14 +37,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+SERVE = [sys.executable, "-m", "specdec.cli", "serve"]
+TORCHRUN_SERVE = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+
+
 class Server:
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, launcher: list[str] = SERVE) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-        cmd = [sys.executable, "-m", "specdec.cli", "serve", "--port", str(self.port), *args]
+        cmd = [*launcher, "--port", str(self.port), *args]
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"serve-{self.port}.log", "w+")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -68,11 +75,13 @@ class Server:
         return 0.0
 
     def stop(self) -> None:
-        self.proc.terminate()
+        """Stop the server and anything it started (torchrun's ranks): its process group."""
+        os.killpg(self.proc.pid, signal.SIGTERM)
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
         self.log.close()
 
 

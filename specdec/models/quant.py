@@ -48,8 +48,11 @@ class Int4Linear(nn.Module):
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
-def _int4(linear: nn.Linear) -> nn.Module:
+def _int4(linear: nn.Module) -> nn.Module:
     """`Int4Linear` where the kernel supports the shape (N % 16 == 0, K % GROUP == 0)."""
+    if hasattr(linear, "inner"):  # a tensor-parallel wrapper: quantize the local shard
+        linear.inner = _int4(linear.inner)
+        return linear
     n, k = linear.weight.shape
     return Int4Linear(linear) if n % 16 == 0 and k % GROUP == 0 else linear
 
