@@ -31,3 +31,7 @@ class InvalidParameterError(SpecdecError, ValueError):
 
 class ContextLengthError(SpecdecError, ValueError):
     """A prompt (plus the tokens asked for) that does not fit the model's context."""
+
+
+class IncompatibleDraftError(SpecdecError):
+    """A drafter built for another target (hidden size or vocabulary differ)."""
