@@ -331,6 +331,7 @@ class SpeculatorTrainer:
         tmp = self.out / "checkpoint.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         spec.save(tmp / "speculator")
+        torch.save(spec.state_dict(), tmp / "weights.pt")  # bit-exact, for resuming
         torch.save(opt.state_dict(), tmp / "optimizer.pt")
         state = {"stage": stage, "step": step, "data": data, "config": asdict(self.cfg)}
         (tmp / "state.json").write_text(json.dumps(state))
@@ -342,6 +343,8 @@ class SpeculatorTrainer:
             return None
         state = json.loads((self.ckpt / "state.json").read_text())
         spec = load_speculator(self.ckpt / "speculator", self.target, torch.float32, self.device)
+        weights = torch.load(self.ckpt / "weights.pt", weights_only=True, map_location=self.device)
+        spec.load_state_dict(weights)
         return spec.train().requires_grad_(True), state
 
     def new_speculator(self) -> MLPSpeculator:
