@@ -18,8 +18,11 @@ Options:
 - `tie_weights`: one embedding, head and norm for all heads, one projection for heads 1..
   (head 0's projection reads E wide states) — fms-extras' convention.
 - `reuse_target`: the embeddings and the vocabulary head are the target's frozen
-  `embed_tokens` and `lm_head` (D = E): a head then costs one D x D projection plus one
-  vocabulary projection, and only the projections and norms are trained.
+  `embed_tokens` and `lm_head` (D = E). The state after GELU is nearly non-negative, which
+  the target's head was never trained to read, so each head first maps it through a learned
+  adapter (E x E, identity at init) and the target's final RMSNorm:
+  logits = lm_head(norm(adapter_i(s_{i+1}))). A head then costs two E x E matmuls plus
+  the vocabulary projection; only projections, norms and adapters are trained.
 - `draft_vocab` (vocab_size < the target's): heads score only the N most frequent target
   ids (`vocab_map [N]` maps draft ids back to target ids). With `reuse_target` the head is
   the target's lm_head rows for those ids, so a head costs N / V of the target's head.
@@ -31,7 +34,8 @@ all recorded in config.json under "specdec":
 - fms-extras multiplies the embeddings by sqrt((1 - w_s^2) * D / 2) where we use the
   paper's sqrt(1 - w_s^2); the file stores emb / sqrt(D / 2) so a loader with the fms
   formula computes the same function (the norm after the sum makes the rest equal).
-- `reuse_target` files hold no emb/head tensors (they come from the target at load time);
+- `reuse_target` files hold no emb/head tensors (they come from the target at load time)
+  but `adapter.{i}.weight` [E, E];
   a reduced vocabulary adds a `vocab_map` tensor, and own embeddings then have N + 1 rows
   (the last one for every target id outside the draft vocabulary). Such files load only here.
 - Tied weights are written once per head index (safetensors refuses shared storage), as
@@ -171,6 +175,7 @@ class MLPSpeculator(nn.Module):
         target_embed: torch.Tensor | None = None,  # [V, E] the target's embed_tokens.weight
         target_head: torch.Tensor | None = None,  # [V, E] the target's lm_head.weight
         vocab_map: torch.Tensor | None = None,  # [N] target ids of the draft vocabulary
+        target_norm: torch.Tensor | None = None,  # [E] the target's final norm.weight
     ) -> None:
         super().__init__()
         self.config = cfg
@@ -196,16 +201,22 @@ class MLPSpeculator(nn.Module):
         self.ln = nn.ModuleList(Norm(D) for _ in range(n))
         self.ln0 = Norm(E, affine=False) if cfg.scale_input else None
         if cfg.reuse_target:
-            if target_embed is None or target_head is None:
-                raise InvalidParameterError("reuse_target needs the target's embed and head")
+            if target_embed is None or target_head is None or target_norm is None:
+                raise InvalidParameterError(
+                    "reuse_target needs the target's embed_tokens, norm and lm_head"
+                )
             _check_shape("target embed_tokens", target_embed, (V, E))
             _check_shape("target lm_head", target_head, (V, E))
+            _check_shape("target norm", target_norm, (E,))
+            self.register_buffer("target_norm", target_norm.detach(), persistent=False)
+            self.adapter = nn.ModuleList(nn.Linear(D, E, bias=False) for _ in range(n))
             # Frozen, not saved: they belong to the target.
             self.register_buffer("target_embed", target_embed.detach(), persistent=False)
             head = target_head.detach() if not cfg.reduced_vocab else target_head[vocab_map]
             self.register_buffer("target_head", head, persistent=False)  # [N, E]
             self.emb = self.head = None
         else:
+            self.adapter = None
             rows = N + 1 if cfg.reduced_vocab else N  # + one row for ids outside the vocab
             self.emb = nn.ModuleList(nn.Embedding(rows, D) for _ in range(n))
             self.head = nn.ModuleList(nn.Linear(D, N, bias=False) for _ in range(n))
@@ -217,13 +228,19 @@ class MLPSpeculator(nn.Module):
                 if self.emb is not None:
                     self.emb[i] = self.emb[0]
                     self.head[i] = self.head[0]
+                else:
+                    self.adapter[i] = self.adapter[0]
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Projections keep the state's scale (std 1/sqrt(fan_in)); own embeddings are unit
-        variance (the paper's weights then balance like with like); heads std 1/sqrt(D)."""
+        variance (the paper's weights then balance like with like); heads std 1/sqrt(D);
+        adapters start as the identity."""
         for proj in self.proj:
             nn.init.normal_(proj.weight, 0.0, 1 / math.sqrt(proj.in_features))
+        if self.adapter is not None:
+            for adapter in self.adapter:
+                nn.init.eye_(adapter.weight)
         if self.emb is not None:
             for emb, head in zip(self.emb, self.head, strict=True):
                 nn.init.normal_(emb.weight, 0.0, 1.0)
@@ -244,7 +261,9 @@ class MLPSpeculator(nn.Module):
     def _logits(self, i: int, state: torch.Tensor) -> torch.Tensor:
         """`[..., D]` -> `[..., N]` draft-vocabulary logits."""
         if self.head is None:
-            return F.linear(state, self.target_head)
+            x = self.adapter[i](state).float()
+            x = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS)).to(state.dtype)
+            return F.linear(x * self.target_norm, self.target_head)
         return self.head[i](state)
 
     def head_step(self, i: int, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -295,6 +314,8 @@ class MLPSpeculator(nn.Module):
             if self.emb is not None:
                 tensors[f"emb.{i}.weight"] = self.emb[i].weight * stored
                 tensors[f"head.{i}.weight"] = self.head[i].weight
+            else:
+                tensors[f"adapter.{i}.weight"] = self.adapter[i].weight
         if cfg.reduced_vocab:
             tensors["vocab_map"] = self.vocab_map
         tensors = {k: v.detach().float().cpu().contiguous().clone() for k, v in tensors.items()}
@@ -362,11 +383,11 @@ def load_speculator(
         vocab_map.shape != (cfg.vocab_size,) or int(vocab_map.max()) >= cfg.target_vocab_size
     ):
         raise ModelIntegrityError(f"{weights}: vocab_map does not fit the config")
-    embed = head = None
+    embed = head = norm = None
     if cfg.reuse_target:
-        embed, head = target.embed_tokens.weight, target.lm_head.weight
+        embed, head, norm = target.embed_tokens.weight, target.lm_head.weight, target.norm.weight
     with torch.device("meta"):
-        model = MLPSpeculator(cfg, _meta(embed), _meta(head), _meta(vocab_map))
+        model = MLPSpeculator(cfg, _meta(embed), _meta(head), _meta(vocab_map), _meta(norm))
     expected = _expected_shapes(model)
     missing = sorted(set(expected) - set(tensors))
     extra = sorted(set(tensors) - set(expected))
@@ -387,6 +408,7 @@ def load_speculator(
         None if embed is None else embed.to(device, dtype),
         None if head is None else head.to(device, dtype),
         vocab_map,
+        None if norm is None else norm.to(device, dtype),
     )
     stored = 1 / math.sqrt(cfg.inner_dim / 2)
     with torch.no_grad():
@@ -397,6 +419,8 @@ def load_speculator(
             if model.emb is not None:
                 model.emb[i].weight.copy_(tensors[f"emb.{i}.weight"] / stored)
                 model.head[i].weight.copy_(tensors[f"head.{i}.weight"])
+            else:
+                model.adapter[i].weight.copy_(tensors[f"adapter.{i}.weight"])
     return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 
@@ -413,6 +437,8 @@ def _expected_shapes(model: MLPSpeculator) -> dict[str, tuple[int, ...]]:
         if model.emb is not None:
             shapes[f"emb.{i}.weight"] = tuple(model.emb[i].weight.shape)
             shapes[f"head.{i}.weight"] = tuple(model.head[i].weight.shape)
+        else:
+            shapes[f"adapter.{i}.weight"] = tuple(model.adapter[i].weight.shape)
     return shapes
 
 
@@ -436,11 +462,12 @@ def build_speculator(
     """A fresh (fp32) speculator for a native target Transformer."""
     tcfg = target.config
     E, V = tcfg.hidden_size, tcfg.vocab_size
-    embed = head = None
+    embed = head = norm = None
     emb_scale = 1.0
     if reuse_target:
         embed = target.embed_tokens.weight.detach().float()
         head = target.lm_head.weight.detach().float()
+        norm = target.norm.weight.detach().float()
         emb_scale = float(1 / embed.pow(2).mean().sqrt().clamp_min(1e-12))
     cfg = SpeculatorConfig(
         n_predict=n_predict,
@@ -453,7 +480,7 @@ def build_speculator(
         reuse_target=reuse_target,
         emb_scale=emb_scale,
     )
-    return MLPSpeculator(cfg, embed, head, draft_vocab)
+    return MLPSpeculator(cfg, embed, head, draft_vocab, norm)
 
 
 __all__ = [

@@ -449,8 +449,8 @@ class SpeculatorTrainer:
             stream.restore(state["data"])
 
         def next_batch(step: int):
-            tokens = stream.next_batch()  # [B, T]
-            return self.states(tokens), tokens.to(self.device), torch.ones_like(tokens, dtype=bool)
+            tokens = stream.next_batch().to(self.device)  # [B, T]
+            return self.states(tokens), tokens, torch.ones_like(tokens, dtype=torch.bool)
 
         self._train(spec, 1, cfg.stage1_steps, cfg.lr, state, next_batch, lambda: stream.position)
         # Stage 2 starts from these heads with a fresh optimizer.
