@@ -20,8 +20,8 @@ Options:
 - `reuse_target`: the embeddings and the vocabulary head are the target's frozen
   `embed_tokens` and `lm_head` (D = E). The state after GELU is nearly non-negative, which
   the target's head was never trained to read, so each head first maps it through a learned
-  adapter (E x E, identity at init) and the target's final RMSNorm:
-  logits = lm_head(norm(adapter_i(s_{i+1}))). A head then costs two E x E matmuls plus
+  adapter (E x E, zero at init, so training starts from uniform predictions):
+  logits = lm_head(adapter_i(s_{i+1})). A head then costs two E x E matmuls plus
   the vocabulary projection; only projections, norms and adapters are trained.
 - `draft_vocab` (vocab_size < the target's): heads score only the N most frequent target
   ids (`vocab_map [N]` maps draft ids back to target ids). With `reuse_target` the head is
@@ -175,7 +175,6 @@ class MLPSpeculator(nn.Module):
         target_embed: torch.Tensor | None = None,  # [V, E] the target's embed_tokens.weight
         target_head: torch.Tensor | None = None,  # [V, E] the target's lm_head.weight
         vocab_map: torch.Tensor | None = None,  # [N] target ids of the draft vocabulary
-        target_norm: torch.Tensor | None = None,  # [E] the target's final norm.weight
     ) -> None:
         super().__init__()
         self.config = cfg
@@ -201,14 +200,10 @@ class MLPSpeculator(nn.Module):
         self.ln = nn.ModuleList(Norm(D) for _ in range(n))
         self.ln0 = Norm(E, affine=False) if cfg.scale_input else None
         if cfg.reuse_target:
-            if target_embed is None or target_head is None or target_norm is None:
-                raise InvalidParameterError(
-                    "reuse_target needs the target's embed_tokens, norm and lm_head"
-                )
+            if target_embed is None or target_head is None:
+                raise InvalidParameterError("reuse_target needs the target's embed and head")
             _check_shape("target embed_tokens", target_embed, (V, E))
             _check_shape("target lm_head", target_head, (V, E))
-            _check_shape("target norm", target_norm, (E,))
-            self.register_buffer("target_norm", target_norm.detach(), persistent=False)
             self.adapter = nn.ModuleList(nn.Linear(D, E, bias=False) for _ in range(n))
             # Frozen, not saved: they belong to the target.
             self.register_buffer("target_embed", target_embed.detach(), persistent=False)
@@ -235,12 +230,12 @@ class MLPSpeculator(nn.Module):
     def reset_parameters(self) -> None:
         """Projections keep the state's scale (std 1/sqrt(fan_in)); own embeddings are unit
         variance (the paper's weights then balance like with like); heads std 1/sqrt(D);
-        adapters start as the identity."""
+        adapters start at zero."""
         for proj in self.proj:
             nn.init.normal_(proj.weight, 0.0, 1 / math.sqrt(proj.in_features))
         if self.adapter is not None:
             for adapter in self.adapter:
-                nn.init.eye_(adapter.weight)
+                nn.init.zeros_(adapter.weight)
         if self.emb is not None:
             for emb, head in zip(self.emb, self.head, strict=True):
                 nn.init.normal_(emb.weight, 0.0, 1.0)
@@ -261,9 +256,7 @@ class MLPSpeculator(nn.Module):
     def _logits(self, i: int, state: torch.Tensor) -> torch.Tensor:
         """`[..., D]` -> `[..., N]` draft-vocabulary logits."""
         if self.head is None:
-            x = self.adapter[i](state).float()
-            x = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + NORM_EPS)).to(state.dtype)
-            return F.linear(x * self.target_norm, self.target_head)
+            return F.linear(self.adapter[i](state), self.target_head)
         return self.head[i](state)
 
     def head_step(self, i: int, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -383,11 +376,11 @@ def load_speculator(
         vocab_map.shape != (cfg.vocab_size,) or int(vocab_map.max()) >= cfg.target_vocab_size
     ):
         raise ModelIntegrityError(f"{weights}: vocab_map does not fit the config")
-    embed = head = norm = None
+    embed = head = None
     if cfg.reuse_target:
-        embed, head, norm = target.embed_tokens.weight, target.lm_head.weight, target.norm.weight
+        embed, head = target.embed_tokens.weight, target.lm_head.weight
     with torch.device("meta"):
-        model = MLPSpeculator(cfg, _meta(embed), _meta(head), _meta(vocab_map), _meta(norm))
+        model = MLPSpeculator(cfg, _meta(embed), _meta(head), _meta(vocab_map))
     expected = _expected_shapes(model)
     missing = sorted(set(expected) - set(tensors))
     extra = sorted(set(tensors) - set(expected))
@@ -408,7 +401,6 @@ def load_speculator(
         None if embed is None else embed.to(device, dtype),
         None if head is None else head.to(device, dtype),
         vocab_map,
-        None if norm is None else norm.to(device, dtype),
     )
     stored = 1 / math.sqrt(cfg.inner_dim / 2)
     with torch.no_grad():
@@ -462,12 +454,11 @@ def build_speculator(
     """A fresh (fp32) speculator for a native target Transformer."""
     tcfg = target.config
     E, V = tcfg.hidden_size, tcfg.vocab_size
-    embed = head = norm = None
+    embed = head = None
     emb_scale = 1.0
     if reuse_target:
         embed = target.embed_tokens.weight.detach().float()
         head = target.lm_head.weight.detach().float()
-        norm = target.norm.weight.detach().float()
         emb_scale = float(1 / embed.pow(2).mean().sqrt().clamp_min(1e-12))
     cfg = SpeculatorConfig(
         n_predict=n_predict,
@@ -480,7 +471,7 @@ def build_speculator(
         reuse_target=reuse_target,
         emb_scale=emb_scale,
     )
-    return MLPSpeculator(cfg, embed, head, draft_vocab, norm)
+    return MLPSpeculator(cfg, embed, head, draft_vocab)
 
 
 __all__ = [

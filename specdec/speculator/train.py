@@ -532,7 +532,7 @@ class SpeculatorTrainer:
                 for j, (p, seq) in enumerate(zip(batch, seqs, strict=True)):
                     span = slice(len(p) - 1, len(seq))
                     tensors[f"tokens.{j}"] = torch.tensor(seq[span])
-                    tensors[f"hidden.{j}"] = hidden[j, span].float().cpu().contiguous()
+                    tensors[f"hidden.{j}"] = hidden[j, span].cpu().contiguous()  # target dtype
                 save_file(tensors, str(file.with_suffix(".tmp")))
                 file.with_suffix(".tmp").rename(file)
             loaded = load_file(str(file))
@@ -571,7 +571,7 @@ class SpeculatorTrainer:
             if L <= 0:
                 continue
             inputs = torch.stack([tokens[i + 1 : i + 1 + L] for i in range(n)], -1)[None]
-            logits = spec(hidden[None, :L].to(self.device), inputs.to(self.device))
+            logits = spec(hidden[None, :L].to(self.device).float(), inputs.to(self.device))
             right = torch.stack(
                 [
                     spec.vocab_map[lg[0].argmax(-1)].cpu() == tokens[i + 2 : i + 2 + L]
