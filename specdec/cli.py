@@ -1,4 +1,4 @@
-"""`specdec` command line: generate, serve, models list|pull."""
+"""`specdec` command line: generate, serve, bench-serve, train-speculator, models list|pull."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from specdec.errors import InvalidParameterError, SpecdecError
 
@@ -15,7 +16,9 @@ def _model_args(p) -> None:
     p.add_argument("--model", required=True, help="registry name, HF directory or .gguf file")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--draft", default=None, help="draft model (name/path) or 'ngram'")
+    p.add_argument(
+        "--draft", default=None, help="draft model (name/path), speculator directory, or 'ngram'"
+    )
     p.add_argument(
         "--speculate",
         default=None,
@@ -101,6 +104,40 @@ def _bench_serve_args(sub) -> None:
     p.add_argument("--out", default="bench-serve.json", help="results (JSON rows)")
 
 
+def _train_speculator_args(sub) -> None:
+    p = sub.add_parser("train-speculator", help="train MLP speculator heads for a target")
+    p.add_argument("--model", required=True, help="the target: registry name or directory")
+    p.add_argument("--data", default="sharegpt", help="sharegpt, or a .jsonl/.json/.txt file")
+    p.add_argument("--out", required=True, help="directory for heads, checkpoints and logs")
+    p.add_argument("--heads", type=int, default=3, help="tokens drafted per step")
+    p.add_argument("--stage1-steps", type=int, default=1000, help="steps on ground-truth text")
+    p.add_argument("--stage2-steps", type=int, default=500, help="steps on target outputs")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per stage-1 row")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--stage2-lr", type=float, default=3e-4)
+    p.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
+    p.add_argument(
+        "--own-tables",
+        action="store_true",
+        help="train own embeddings and vocabulary heads (the MLPSpeculator layout) "
+        "instead of reusing the target's frozen ones",
+    )
+    p.add_argument("--inner-dim", type=int, default=None, help="head width with --own-tables")
+    p.add_argument("--tie-weights", action="store_true", help="share weights across heads")
+    p.add_argument("--draft-vocab", type=int, default=0, help="score only the N most frequent ids")
+    p.add_argument("--stage2-prompts", type=int, default=None, help="continuations generated")
+    p.add_argument("--stage2-max-tokens", type=int, default=128)
+    p.add_argument("--stage2-temperature", type=float, default=0.0)
+    p.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts")
+    p.add_argument("--eval-max-tokens", type=int, default=64)
+    p.add_argument("--no-chat", action="store_true", help="no chat template on conversations")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="the target's")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+
+
 def _models_args(sub) -> None:
     p = sub.add_parser("models", help="list or pull the registry's models")
     msub = p.add_subparsers(dest="models_cmd", required=True)
@@ -116,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     _generate_args(sub)
     _serve_args(sub)
     _bench_serve_args(sub)
+    _train_speculator_args(sub)
     _models_args(sub)
     return parser
 
@@ -280,6 +318,41 @@ def cmd_bench_serve(args) -> None:
     print(loadgen.format_table(rows))
 
 
+def cmd_train_speculator(args) -> None:
+    import torch
+
+    from specdec.speculator.train import TrainConfig, train_speculator
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = TrainConfig(
+        heads=args.heads,
+        stage1_steps=args.stage1_steps,
+        stage2_steps=args.stage2_steps,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        lr=args.lr,
+        stage2_lr=args.stage2_lr,
+        checkpoint_every=args.checkpoint_every,
+        reuse_target=not args.own_tables,
+        tie_weights=args.tie_weights,
+        inner_dim=args.inner_dim,
+        draft_vocab=args.draft_vocab,
+        stage2_prompts=args.stage2_prompts,
+        stage2_max_tokens=args.stage2_max_tokens,
+        stage2_temperature=args.stage2_temperature,
+        eval_prompts=args.eval_prompts,
+        eval_max_tokens=args.eval_max_tokens,
+        chat=not args.no_chat,
+        seed=args.seed,
+    )
+    train_speculator(args.model, args.data, args.out, cfg, dtype=args.dtype, device=args.device)
+    results = Path(args.out) / "eval.json"
+    if results.is_file():
+        print(results.read_text(), end="")
+    print(f"specdec: heads saved in {args.out} (use --draft {args.out})", flush=True)
+
+
 def cmd_models(args) -> None:
     from specdec.models import registry
 
@@ -303,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             "generate": cmd_generate,
             "serve": cmd_serve,
             "bench-serve": cmd_bench_serve,
+            "train-speculator": cmd_train_speculator,
             "models": cmd_models,
         }
         commands[args.command](args)

@@ -274,7 +274,7 @@ class Engine:
         if not admitted:
             return []
         first_row = len(self.live)
-        tokens = self._prefill(admitted, first_row)
+        tokens, hidden = self._prefill(admitted, first_row)
         now = time.perf_counter()
         for seq, token in zip(admitted, tokens.tolist(), strict=True):
             seq.append(token, self.eos_ids, now)
@@ -283,6 +283,9 @@ class Engine:
         _drop_finished(self.live, [self._cache], start=first_row)
         if self._drafter is not None and len(self.live) > first_row:
             self._drafter.admit([s.prompt_ids + s.output_ids for s in self.live[first_row:]])
+            if hasattr(self._drafter, "observe"):  # speculator heads read the target's state
+                kept = [admitted.index(s) for s in self.live[first_row:]]
+                self._drafter.observe(hidden[kept], first_row=first_row)
         return admitted
 
     def _ensure_cache(self) -> None:
@@ -323,10 +326,10 @@ class Engine:
         # Verify: the last committed token and the draft, k+1 positions in one target pass.
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
         start = cache.lengths[:B].clone()
-        logits = self.model(
+        out = self.model(
             torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
-        ).logits  # [B, k+1, V]
-        target_probs = self._probs(logits, params)  # [B, k+1, V]
+        )
+        target_probs = self._probs(out.logits, params)  # [B, k+1, V]
         verdict = self.acceptor(draft, target_probs, generators)
         accepted = verdict.num_accepted.cpu()
         # Roll back: keep the last committed token and the accepted drafts.
@@ -334,6 +337,8 @@ class Engine:
         next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
         if drafter is not None:
             drafter.commit(verdict.num_accepted, next_tokens)
+            if hasattr(drafter, "observe"):  # not in Algorithm 1: the state next_tokens came from
+                drafter.observe(out.hidden[torch.arange(B, device=device), verdict.num_accepted])
         emitted = verdict.tokens.tolist()  # the one host sync of the step
         now = time.perf_counter()
         lengths = draft.lengths.tolist()
@@ -345,9 +350,11 @@ class Engine:
                     break
         self.window.observe(B, k, now - t1, t1 - t0, *_conditional_counts(accepted, draft))
 
-    def _prefill(self, seqs: list[LiveSequence], first_row: int) -> torch.Tensor:
+    def _prefill(
+        self, seqs: list[LiveSequence], first_row: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the prompts of rows `first_row..` at once (right-padded); sample each row's
-        first token `[B]`."""
+        first token `[B]`; also return the hidden state it was sampled from `[B, H]`."""
         tokens, lengths = right_pad([s.prompt_ids for s in seqs], self.model.device)
         out = self.model(
             tokens,
@@ -359,7 +366,8 @@ class Engine:
         probs = self._probs(out.logits, [s.params for s in seqs])
         draft = Draft.empty(len(seqs), self.model.device)
         verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
-        return verdict.tokens[:, 0]
+        last = (lengths - 1).to(self.model.device)
+        return verdict.tokens[:, 0], out.hidden[torch.arange(len(seqs), device=last.device), last]
 
     @staticmethod
     def _probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

@@ -35,3 +35,7 @@ class ContextLengthError(SpecdecError, ValueError):
 
 class DistributedError(SpecdecError):
     """A tensor-parallel rank failed, died or hung; raised on rank 0 with the reason."""
+
+
+class IncompatibleDraftError(SpecdecError):
+    """A drafter built for another target (hidden size or vocabulary differ)."""

@@ -28,12 +28,13 @@ from specdec.distributed import (
     shared_seeds,
     shared_window,
 )
-from specdec.drafters import DraftModelDrafter, NgramDrafter
+from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.drafters.draft_model import check_same_tokenizer
 from specdec.engine import Completion, Engine
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.loading import load_transformer
 from specdec.models.quant import quantize_int4
+from specdec.speculator.model import is_speculator_dir, load_speculator
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
 MAX_WINDOW = 32
@@ -42,8 +43,9 @@ MAX_WINDOW = 32
 class LLM:
     """A loaded target model plus its tokenizer and, optionally, a drafter.
 
-    draft: None (plain decoding), "ngram" (prompt lookup), or a model name / path sharing
-        the target's tokenizer.
+    draft: None (plain decoding), "ngram" (prompt lookup), a model name / path sharing
+        the target's tokenizer, or a directory of speculator heads trained for this target
+        (`specdec train-speculator`; their config.json says "mlp_speculator").
     speculate: tokens drafted per step (int, 0 = off) or "auto" (chosen each step from the
         measured acceptance and costs, up to `k_max`). Defaults to "auto" with a drafter.
     acceptor: "rejection" (lossless, default), "greedy" (lossless for greedy requests),
@@ -98,7 +100,11 @@ class LLM:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
         if draft_quant not in ("int4", "none"):
             raise InvalidParameterError(f"draft_quant must be int4 or none, got {draft_quant!r}")
+        self.speculator = None
         factory = self._drafter_factory(draft, dtype, device, draft_quant) if draft else None
+        if self.speculator is not None and isinstance(window, AdaptiveWindow):
+            n = self.speculator.config.n_predict  # the heads draft at most n tokens
+            window = AdaptiveWindow(k_max=min(window.k_max, n))
         self.eos_ids = eos_token_ids(path, self.tokenizer)
         if max_len is not None:  # a server's fixed budget, never past the model's context
             max_len = min(max_len, self.model.config.max_position_embeddings + window.k_max + 2)
@@ -121,6 +127,14 @@ class LLM:
     def _drafter_factory(self, draft: str, dtype: str, device: str, quant: str):
         if draft == "ngram":
             return lambda max_batch, max_len: NgramDrafter()
+        if is_speculator_dir(draft):
+            if self.tp is not None:
+                raise InvalidParameterError(
+                    "speculator heads are not supported with --tp > 1 yet; use a draft model "
+                    "or ngram under tensor parallelism"
+                )
+            self.speculator = load_speculator(draft, self.model, self.model.dtype, device)
+            return lambda max_batch, max_len: SpeculatorDrafter(self.speculator, max_batch, device)
         from specdec.models.registry import resolve
 
         path = resolve(draft, dtype)

@@ -11,6 +11,10 @@ has a history of committed tokens whose last token is not yet in any KV cache.
 - `commit(num_accepted [B], next_tokens [B])`: the target kept the first num_accepted
   draft tokens and added next_tokens; roll back whatever else was drafted.
 - `move_row(src, dst)` / `reset_row(row)`: the engine repacks rows when sequences finish.
+- optional `observe(hidden [B, H], first_row=0)`: a drafter that has it gets the target's
+  final-normed hidden state at each row's last cached position (the state the row's last
+  committed token was sampled from), after the prefill of admitted rows (rows first_row..)
+  and after every verify pass (all rows, following `commit`). Speculator heads use it.
 """
 
 from __future__ import annotations
