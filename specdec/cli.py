@@ -285,35 +285,49 @@ def cmd_bench_serve(args) -> None:
     )
     rows: list[dict] = []
 
-    def measure(url: str, model: str, label: str) -> None:
-        asyncio.run(loadgen.run_load(url, model, prompts[:1], args.max_tokens, 1))  # warm-up
-        for kind, value in loads:
-            concurrency, rate = (value, None) if kind == "clients" else (None, value)
-            results, wall = asyncio.run(
-                loadgen.run_load(url, model, prompts, args.max_tokens, concurrency, rate)
-            )
-            row = loadgen.result_row(label, f"{kind}={value}", loadgen.summarize(results, wall))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            with open(args.out, "w") as f:
-                json.dump(rows, f, indent=1)
+    def measure(url: str, model: str, label: str, kind: str, value) -> None:
+        concurrency, rate = (value, None) if kind == "clients" else (None, value)
+        results, wall = asyncio.run(
+            loadgen.run_load(url, model, prompts, args.max_tokens, concurrency, rate)
+        )
+        row = loadgen.result_row(label, f"{kind}={value}", loadgen.summarize(results, wall))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+    def warm_up(url: str, model: str) -> None:
+        asyncio.run(loadgen.run_load(url, model, prompts[:1], args.max_tokens, 1))
 
     if args.url:
-        model = args.served_model or httpx.get(args.url + "/v1/models").json()["data"][0]["id"]
-        measure(args.url.rstrip("/"), model, "given")
+        url = args.url.rstrip("/")
+        model = args.served_model or httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        warm_up(url, model)
+        for kind, value in loads:
+            measure(url, model, "given", kind, value)
     else:
-        for setting in args.speculate.split(","):
-            serve = ["--model", args.model, "--dtype", args.dtype, "--served-model-name", "bench"]
-            serve += ["--max-batch-size", str(args.max_batch_size), "--log-level", "warning"]
-            if setting != "off":
-                if args.draft is None:
-                    raise InvalidParameterError(f"--speculate {setting} needs --draft")
-                serve += ["--draft", args.draft, "--speculate", setting]
-            server = loadgen.LaunchedServer(serve, args.port, f"{args.out}.{setting}.log")
-            try:
+        # Every setting's server runs at once and the loads alternate between them, so a
+        # neighbour's burst on the machine lands on both sides of a comparison.
+        servers = {}
+        try:
+            for i, setting in enumerate(args.speculate.split(",")):
+                serve = ["--model", args.model, "--dtype", args.dtype]
+                serve += ["--served-model-name", "bench", "--log-level", "warning"]
+                serve += ["--max-batch-size", str(args.max_batch_size)]
+                if setting != "off":
+                    if args.draft is None:
+                        raise InvalidParameterError(f"--speculate {setting} needs --draft")
+                    serve += ["--draft", args.draft, "--speculate", setting]
+                log = f"{args.out}.{setting}.log"
+                servers[setting] = loadgen.LaunchedServer(serve, args.port + i, log)
+            for server in servers.values():
                 server.wait_ready()
-                measure(server.url, "bench", f"speculate {setting}")
-            finally:
+                warm_up(server.url, "bench")
+            for kind, value in loads:
+                for setting, server in servers.items():
+                    measure(server.url, "bench", f"speculate {setting}", kind, value)
+        finally:
+            for server in servers.values():
                 server.stop()
     print(loadgen.format_table(rows))
 
