@@ -242,20 +242,29 @@ class Engine:
             self.step()
         return [self.completion(s) for s in seqs]
 
-    @torch.inference_mode()
     def step(self) -> list[LiveSequence]:
-        """One scheduling step: free the rows of aborted sequences, admit waiting requests
-        (prefilling them together), then one speculative step over every live row.
-        Returns the sequences that gained tokens or finished in this step."""
+        """One scheduling step: `admit` then `decode`. Returns the sequences that gained
+        tokens or finished in this step."""
+        return list(dict.fromkeys(self.admit() + self.decode()))
+
+    @torch.inference_mode()
+    def admit(self) -> list[LiveSequence]:
+        """Free the rows of aborted sequences and admit waiting requests, prefilling them
+        together (each gets its first token). A server streams those first tokens before
+        the next `decode`, so time to first token is one prefill, not prefill + step."""
         touched = [s for s in self.live if s.finished]  # aborted since the last step
         self._drop_finished()
-        admitted = self._admit()
-        touched += [s for s in admitted if s.finished]
-        if self.live:
-            touched += self.live
-            self._step(self.live, self._cache, self._drafter)
-            self._drop_finished()
-        return list(dict.fromkeys(touched))
+        return touched + self._admit()
+
+    @torch.inference_mode()
+    def decode(self) -> list[LiveSequence]:
+        """One speculative step over every live row; returns them (finished ones too)."""
+        if not self.live:
+            return []
+        touched = list(self.live)
+        self._step(self.live, self._cache, self._drafter)
+        self._drop_finished()
+        return touched
 
     def _admit(self) -> list[LiveSequence]:
         """Move waiting requests (FIFO) into free rows and prefill them. A request that

@@ -183,8 +183,11 @@ class AsyncEngine:
 
     def _step(self) -> None:
         waiting_before = len(self.engine.waiting)
-        touched = self.engine.step()
+        admitted = self.engine.admit()
         self._count_pending(len(self.engine.waiting) - waiting_before)
+        for seq in admitted:  # first tokens go out before the decode step
+            self._publish(seq)
+        touched = self.engine.decode()
         self.metrics.steps.inc()
         self.metrics.batch_size.set(len(self.engine.live))
         self.metrics.window.set(self.engine.last_window)
