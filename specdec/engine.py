@@ -27,6 +27,7 @@ from specdec.metrics import SpecStats
 from specdec.models.kv_cache import KVCache
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import make_generator, param_tensors, probs_from_logits
+from specdec.speculator.tree import TreeDraft, greedy_walk
 from specdec.tokenization import StopChecker
 
 
@@ -119,6 +120,10 @@ class Engine:
 
     `max_len` fixes the KV cache's length per row (a server's memory budget); left None,
     the cache is sized, whenever the engine is idle, to the longest waiting request.
+
+    A drafter may propose a candidate tree (`TreeDraft`) instead of a chain: the engine
+    then verifies every node in one pass (`_verify_tree`); `max_tree_nodes` (the drafter's
+    `max_nodes`) reserves cache room for the widest tree.
     """
 
     def __init__(
@@ -131,6 +136,7 @@ class Engine:
         acceptor: TokenAcceptor | None = None,
         window: FixedWindow | AdaptiveWindow | None = None,
         max_len: int | None = None,
+        max_tree_nodes: int = 0,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
@@ -149,8 +155,10 @@ class Engine:
                 f"{type(self.acceptor).__name__} is not a TokenAcceptor: it needs a "
                 "`lossless` attribute and __call__(draft, target_probs, generators)"
             )
-        # Headroom: a verify pass writes k+1 positions past a row's length before rollback.
-        self.headroom = self.window.k_max + 2
+        # Headroom: a verify pass writes k+1 positions past a row's length before rollback
+        # (a tree: its root and up to `max_tree_nodes`, the drafter's `max_nodes`).
+        self.max_tree_nodes = max_tree_nodes
+        self.headroom = max(self.window.k_max, max_tree_nodes) + 2
         if max_len is not None and not self.headroom < max_len:
             raise InvalidParameterError(f"max_len must exceed {self.headroom}, got {max_len}")
         self.max_len = max_len
@@ -321,24 +329,28 @@ class Engine:
             draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
             # A row's own window: never verify drafts past its max_tokens.
             remaining = torch.tensor([s.params.max_tokens - len(s.output_ids) for s in live])
-            draft = replace(draft, lengths=torch.minimum(draft.lengths, remaining - 1))
+            if isinstance(draft, TreeDraft):
+                draft = draft.truncated(remaining - 1)
+                if int(draft.num_nodes.max()) > max(self.max_tree_nodes, k):
+                    raise InvalidParameterError(
+                        f"the drafter proposed a tree of {int(draft.num_nodes.max())} nodes: "
+                        "give the Engine max_tree_nodes=drafter.max_nodes to reserve room"
+                    )
+            else:
+                draft = replace(draft, lengths=torch.minimum(draft.lengths, remaining - 1))
         t1 = time.perf_counter()
-        # Verify: the last committed token and the draft, k+1 positions in one target pass.
-        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
-        start = cache.lengths[:B].clone()
-        out = self.model(
-            torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
-        )
-        target_probs = self._probs(out.logits, params)  # [B, k+1, V]
-        verdict = self.acceptor(draft, target_probs, generators)
+        # Verify: the last committed token and the draft in one target pass; accept; roll
+        # the cache back to the last committed token and the accepted drafts.
+        if isinstance(draft, TreeDraft):
+            verdict, hidden = self._verify_tree(live, cache, draft, params, generators)
+        else:
+            verdict, hidden = self._verify_chain(live, cache, draft, params, generators)
         accepted = verdict.num_accepted.cpu()
-        # Roll back: keep the last committed token and the accepted drafts.
-        cache.truncate(start + 1 + accepted)
         next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
         if drafter is not None:
             drafter.commit(verdict.num_accepted, next_tokens)
             if hasattr(drafter, "observe"):  # not in Algorithm 1: the state next_tokens came from
-                drafter.observe(out.hidden[torch.arange(B, device=device), verdict.num_accepted])
+                drafter.observe(hidden)
         emitted = verdict.tokens.tolist()  # the one host sync of the step
         now = time.perf_counter()
         lengths = draft.lengths.tolist()
@@ -349,6 +361,63 @@ class Engine:
                 if seq.finished:
                     break
         self.window.observe(B, k, now - t1, t1 - t0, *_conditional_counts(accepted, draft))
+
+    def _verify_chain(self, live, cache, draft, params, generators):
+        """k+1 positions per row in one pass; returns the verdict and the hidden state
+        `[B, H]` each row's next token came from."""
+        B, device = len(live), self.model.device
+        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
+        start = cache.lengths[:B].clone()
+        out = self.model(
+            torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
+        )
+        target_probs = self._probs(out.logits, params)  # [B, k+1, V]
+        verdict = self.acceptor(draft, target_probs, generators)
+        cache.truncate(start + 1 + verdict.num_accepted.cpu())
+        return verdict, out.hidden[torch.arange(B, device=device), verdict.num_accepted]
+
+    def _verify_tree(self, live, cache, draft: TreeDraft, params, generators):
+        """The root (last committed token) and every tree node in one pass with a tree mask.
+
+        Not in Algorithm 1: a greedy row walks the tree from the root, taking at each node
+        the child that is the target's argmax there (lossless for greedy decoding); a row
+        that samples verifies only its tree's best path, with the acceptor, as a chain (the
+        drafter gives such rows a single chain anyway). The chosen path goes through the
+        acceptor like a chain draft, its K/V are moved to consecutive slots and the cache
+        is truncated to the accepted prefix. One extra host sync: the argmax for the walk.
+        """
+        B, device = len(live), self.model.device
+        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
+        start = cache.lengths[:B].clone()
+        out = self.model(
+            torch.cat([last, draft.tokens.to(device)], 1),
+            cache,
+            num_new=1 + draft.num_nodes,
+            tree=draft.with_root(),
+        )
+        probs = self._probs(out.logits, params)  # [B, 1+N, V]
+        best = probs.argmax(-1).tolist() if any(p.greedy for p in params) else None
+        paths = [
+            greedy_walk(tree, best[b]) if p.greedy else list(tree.paths[0] if tree.paths else ())
+            for b, (tree, p) in enumerate(zip(draft.trees, params, strict=True))
+        ]
+        d = max(len(path) for path in paths)
+        index = torch.zeros(B, 1 + d, dtype=torch.long)  # [B, 1+d]: root, then path nodes
+        for b, path in enumerate(paths):
+            index[b, 1 : 1 + len(path)] = 1 + torch.tensor(path, dtype=torch.long)
+        lengths = torch.tensor([len(path) for path in paths], dtype=torch.long)
+        index_d = index.to(device)
+        chain = Draft(draft.tokens.gather(1, (index_d[:, 1:] - 1).clamp_min(0)), None, lengths)
+        V = probs.shape[-1]
+        target_probs = probs.gather(1, index_d[..., None].expand(-1, -1, V))  # [B, 1+d, V]
+        verdict = self.acceptor(chain, target_probs, generators)
+        # Compact: the path's node at depth i moves to slot start + 1 + i.
+        dst = start[:, None] + 1 + torch.arange(d)  # [B, d]
+        on_path = torch.arange(d)[None, :] < lengths[:, None]
+        cache.move_slots(torch.where(on_path, start[:, None] + index[:, 1:], dst), dst)
+        cache.truncate(start + 1 + verdict.num_accepted.cpu())
+        at = index_d.gather(1, verdict.num_accepted[:, None])[:, 0]
+        return verdict, out.hidden[torch.arange(B, device=device), at]
 
     def _prefill(
         self, seqs: list[LiveSequence], first_row: int
@@ -398,10 +467,14 @@ class Engine:
         )
 
 
-def _conditional_counts(accepted: torch.Tensor, draft: Draft) -> tuple[list[int], list[int]]:
+def _conditional_counts(
+    accepted: torch.Tensor, draft: Draft | TreeDraft
+) -> tuple[list[int], list[int]]:
     """Per draft position i: rows that tested it (all earlier drafts kept, i < length) and
-    rows that kept it; their ratio is the conditional acceptance the window plans with."""
-    positions = torch.arange(draft.k)[None, :]
+    rows that kept it; their ratio is the conditional acceptance the window plans with.
+    For a tree, position i is depth i and a row's length is its deepest path."""
+    k = draft.k if isinstance(draft, Draft) else max(draft.lengths.tolist(), default=0)
+    positions = torch.arange(k)[None, :]
     reached = (accepted[:, None] >= positions) & (positions < draft.lengths[:, None])
     kept = accepted[:, None] > positions
     return reached.sum(0).tolist(), kept.sum(0).tolist()

@@ -6,22 +6,50 @@ verify pass) and the token sampled from that state, the last of the committed hi
 (given by `admit` and `commit`). From those it proposes a chain of up to n tokens, greedy
 top-1 per head. The proposal is a deterministic function of the committed history, so q is
 one-hot (`probs` None) and the lossless acceptors stay lossless, at any temperature.
+
+With `tree=(4, 3, 2)` it proposes a candidate tree (`TreeDraft`, see
+`specdec.speculator.tree`) instead: all combinations of the top-k of each head, the best
+`n_candidates` by summed log-probability, merged on shared prefixes; the engine verifies it
+in one target pass. Only greedy rows get a tree: a row that samples gets the single best
+path (a chain), which the rejection sampler verifies losslessly. A multi-candidate sampling
+rule (SpecInfer's recursive rejection sampling) is not implemented.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
 from specdec.acceptors import Draft
+from specdec.errors import InvalidParameterError
+from specdec.speculator.tree import TokenTree, TreeDraft, select_paths
 
 
 class SpeculatorDrafter:
-    def __init__(self, speculator, max_batch: int, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        speculator,
+        max_batch: int,
+        device: torch.device | str = "cpu",
+        tree: tuple[int, ...] | None = None,
+        n_candidates: int | None = None,
+    ) -> None:
         self.speculator = speculator
         cfg = speculator.config
         self.n_predict = cfg.n_predict
+        if tree is not None:
+            tree = tuple(int(t) for t in tree)
+            if not tree or min(tree) < 1 or len(tree) > cfg.n_predict:
+                raise InvalidParameterError(
+                    f"tree needs 1..{cfg.n_predict} top-k sizes >= 1 (one per head), got {tree}"
+                )
+            n_candidates = n_candidates or math.prod(tree)
+            if n_candidates < 1:
+                raise InvalidParameterError(f"n_candidates must be >= 1, got {n_candidates}")
+        self.tree = tree
+        self.n_candidates = n_candidates
         dtype = speculator.proj[0].weight.dtype
         self.hidden = torch.zeros(max_batch, cfg.emb_dim, dtype=dtype, device=device)  # [B, E]
         self.last = torch.zeros(max_batch, dtype=torch.long, device=device)  # [B]
@@ -37,13 +65,32 @@ class SpeculatorDrafter:
         `first_row ..` (the state the last committed token was sampled from)."""
         self.hidden[first_row : first_row + len(hidden)] = hidden
 
-    def propose(self, k, params, generators) -> Draft:
+    @property
+    def max_nodes(self) -> int:
+        """The most tree nodes one row can propose (0 in chain mode)."""
+        return 0 if self.tree is None else self.n_candidates * len(self.tree)
+
+    def propose(self, k, params, generators) -> Draft | TreeDraft:
         n = min(k, self.n_predict)
         B = self.rows
         if n == 0:
             return Draft.empty(B, self.hidden.device)
+        if self.tree is not None:
+            return self._propose_tree(n, params)
         tokens = self.speculator.propose_greedy(self.hidden[:B], self.last[:B], n)  # [B, n]
         return Draft(tokens, None, torch.full((B,), n, dtype=torch.long))
+
+    def _propose_tree(self, n: int, params) -> TreeDraft:
+        topk = self.tree[:n]
+        B = self.rows
+        paths, scores = self.speculator.propose_tree(self.hidden[:B], self.last[:B], topk)
+        paths, scores = paths.cpu(), scores.cpu()
+        trees = []
+        for b in range(B):
+            # Sampled rows: the best chain only (lossless under rejection sampling).
+            keep = self.n_candidates if params[b].greedy else 1
+            trees.append(TokenTree.from_paths(select_paths(paths[b], scores[b], keep)))
+        return TreeDraft.from_trees(trees, self.hidden.device)
 
     def commit(self, num_accepted, next_tokens) -> None:
         self.last[: self.rows] = next_tokens.to(self.last.device)
