@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from specdec.acceptors import Draft, RejectionSampler, TokenAcceptor
+from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcceptor, Verdict
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters.base import Drafter
@@ -27,7 +27,7 @@ from specdec.metrics import SpecStats
 from specdec.models.kv_cache import KVCache
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import make_generator, param_tensors, probs_from_logits
-from specdec.speculator.tree import TreeDraft, greedy_walk
+from specdec.speculator.tree import TreeDraft, TreeWalkSampler
 from specdec.tokenization import StopChecker
 
 
@@ -137,6 +137,7 @@ class Engine:
         window: FixedWindow | AdaptiveWindow | None = None,
         max_len: int | None = None,
         max_tree_nodes: int = 0,
+        tree_acceptor=None,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
@@ -158,6 +159,11 @@ class Engine:
         # Headroom: a verify pass writes k+1 positions past a row's length before rollback
         # (a tree: its root and up to `max_tree_nodes`, the drafter's `max_nodes`).
         self.max_tree_nodes = max_tree_nodes
+        # Trees are verified by a tree acceptor: the lossless walk (argmax at every node
+        # when the chain acceptor is greedy). A user acceptor for chains has no tree form.
+        if tree_acceptor is None and isinstance(self.acceptor, (RejectionSampler, GreedyAcceptor)):
+            tree_acceptor = TreeWalkSampler(argmax=isinstance(self.acceptor, GreedyAcceptor))
+        self.tree_acceptor = tree_acceptor
         self.headroom = max(self.window.k_max, max_tree_nodes) + 2
         if max_len is not None and not self.headroom < max_len:
             raise InvalidParameterError(f"max_len must exceed {self.headroom}, got {max_len}")
@@ -330,6 +336,11 @@ class Engine:
             # A row's own window: never verify drafts past its max_tokens.
             remaining = torch.tensor([s.params.max_tokens - len(s.output_ids) for s in live])
             if isinstance(draft, TreeDraft):
+                if self.tree_acceptor is None:
+                    raise InvalidParameterError(
+                        f"{type(self.acceptor).__name__} verifies chains only: a tree drafter "
+                        "needs the rejection or greedy acceptor (or a tree_acceptor)"
+                    )
                 draft = draft.truncated(remaining - 1)
                 if int(draft.num_nodes.max()) > max(self.max_tree_nodes, k):
                     raise InvalidParameterError(
@@ -379,12 +390,10 @@ class Engine:
     def _verify_tree(self, live, cache, draft: TreeDraft, params, generators):
         """The root (last committed token) and every tree node in one pass with a tree mask.
 
-        Not in Algorithm 1: a greedy row walks the tree from the root, taking at each node
-        the child that is the target's argmax there (lossless for greedy decoding); a row
-        that samples verifies only its tree's best path, with the acceptor, as a chain (the
-        drafter gives such rows a single chain anyway). The chosen path goes through the
-        acceptor like a chain draft, its K/V are moved to consecutive slots and the cache
-        is truncated to the accepted prefix. One extra host sync: the argmax for the walk.
+        Not in Algorithm 1: the tree acceptor (`TreeWalkSampler`: lossless, the argmax walk
+        for greedy rows, recursive rejection sampling over the children for the others)
+        picks each row's accepted path; its K/V move to consecutive slots and the cache is
+        truncated to it.
         """
         B, device = len(live), self.model.device
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
@@ -396,27 +405,22 @@ class Engine:
             tree=draft.with_root(),
         )
         probs = self._probs(out.logits, params)  # [B, 1+N, V]
-        best = probs.argmax(-1).tolist() if any(p.greedy for p in params) else None
-        paths = [
-            greedy_walk(tree, best[b]) if p.greedy else list(tree.paths[0] if tree.paths else ())
-            for b, (tree, p) in enumerate(zip(draft.trees, params, strict=True))
-        ]
+        greedy = [p.greedy for p in params]
+        paths, nexts = self.tree_acceptor(draft.trees, probs, greedy, generators)
         d = max(len(path) for path in paths)
         index = torch.zeros(B, 1 + d, dtype=torch.long)  # [B, 1+d]: root, then path nodes
-        for b, path in enumerate(paths):
+        tokens = torch.full((B, d + 1), -1, dtype=torch.long)  # the verdict's
+        for b, (tree, path, nxt) in enumerate(zip(draft.trees, paths, nexts, strict=True)):
             index[b, 1 : 1 + len(path)] = 1 + torch.tensor(path, dtype=torch.long)
-        lengths = torch.tensor([len(path) for path in paths], dtype=torch.long)
-        index_d = index.to(device)
-        chain = Draft(draft.tokens.gather(1, (index_d[:, 1:] - 1).clamp_min(0)), None, lengths)
-        V = probs.shape[-1]
-        target_probs = probs.gather(1, index_d[..., None].expand(-1, -1, V))  # [B, 1+d, V]
-        verdict = self.acceptor(chain, target_probs, generators)
+            tokens[b, : len(path) + 1] = torch.tensor([*(tree.tokens[n] for n in path), nxt])
+        accepted = torch.tensor([len(path) for path in paths], dtype=torch.long)
         # Compact: the path's node at depth i moves to slot start + 1 + i.
         dst = start[:, None] + 1 + torch.arange(d)  # [B, d]
-        on_path = torch.arange(d)[None, :] < lengths[:, None]
+        on_path = torch.arange(d)[None, :] < accepted[:, None]
         cache.move_slots(torch.where(on_path, start[:, None] + index[:, 1:], dst), dst)
-        cache.truncate(start + 1 + verdict.num_accepted.cpu())
-        at = index_d.gather(1, verdict.num_accepted[:, None])[:, 0]
+        cache.truncate(start + 1 + accepted)
+        at = index.gather(1, accepted[:, None])[:, 0].to(device)
+        verdict = Verdict(tokens.to(device), accepted.to(device))
         return verdict, out.hidden[torch.arange(B, device=device), at]
 
     def _prefill(

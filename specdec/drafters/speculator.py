@@ -10,9 +10,9 @@ one-hot (`probs` None) and the lossless acceptors stay lossless, at any temperat
 With `tree=(4, 3, 2)` it proposes a candidate tree (`TreeDraft`, see
 `specdec.speculator.tree`) instead: all combinations of the top-k of each head, the best
 `n_candidates` by summed log-probability, merged on shared prefixes; the engine verifies it
-in one target pass. Only greedy rows get a tree: a row that samples gets the single best
-path (a chain), which the rejection sampler verifies losslessly. A multi-candidate sampling
-rule (SpecInfer's recursive rejection sampling) is not implemented.
+in one target pass, losslessly at any temperature (`TreeWalkSampler`: the argmax walk for
+greedy rows, recursive rejection sampling over the children for rows that sample).
+`sampled_tree=False` gives sampling rows only the best path (a chain) instead.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class SpeculatorDrafter:
         device: torch.device | str = "cpu",
         tree: tuple[int, ...] | None = None,
         n_candidates: int | None = None,
+        sampled_tree: bool = True,
     ) -> None:
         self.speculator = speculator
         cfg = speculator.config
@@ -50,6 +51,7 @@ class SpeculatorDrafter:
                 raise InvalidParameterError(f"n_candidates must be >= 1, got {n_candidates}")
         self.tree = tree
         self.n_candidates = n_candidates
+        self.sampled_tree = sampled_tree
         dtype = speculator.proj[0].weight.dtype
         self.hidden = torch.zeros(max_batch, cfg.emb_dim, dtype=dtype, device=device)  # [B, E]
         self.last = torch.zeros(max_batch, dtype=torch.long, device=device)  # [B]
@@ -87,8 +89,7 @@ class SpeculatorDrafter:
         paths, scores = paths.cpu(), scores.cpu()
         trees = []
         for b in range(B):
-            # Sampled rows: the best chain only (lossless under rejection sampling).
-            keep = self.n_candidates if params[b].greedy else 1
+            keep = self.n_candidates if params[b].greedy or self.sampled_tree else 1
             trees.append(TokenTree.from_paths(select_paths(paths[b], scores[b], keep)))
         return TreeDraft.from_trees(trees, self.hidden.device)
 

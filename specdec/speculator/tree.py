@@ -164,8 +164,9 @@ class TreeDraft:
 
 
 def greedy_walk(tree: TokenTree, best: Sequence[int]) -> list[int]:
-    """The longest path whose every token is the target's argmax at its parent: `best[0]`
-    is the argmax at the root, `best[1 + i]` at node i. Returns node indices."""
+    """The path that follows the tokens chosen at each node as long as the tree has them:
+    `best[0]` is the token chosen at the root (the target's argmax there, or a sample),
+    `best[1 + i]` at node i. Returns node indices."""
     path, node = [], -1
     while True:
         want = best[node + 1]
@@ -176,3 +177,42 @@ def greedy_walk(tree: TokenTree, best: Sequence[int]) -> list[int]:
             return path
         path.append(nxt)
         node = nxt
+
+
+class TreeWalkSampler:
+    """Lossless verification of a deterministic candidate tree, at any temperature.
+
+    One token is chosen at the root and at every node from the target's distribution
+    there: the argmax for greedy rows (or all rows with `argmax=True`), else a sample from
+    the row's generator. The walk descends while the chosen token is a child, and emits the
+    path plus the token chosen at its last node. Only the choices along the walk matter,
+    and each is a draw from p given exactly the tokens before it: ancestral sampling of
+    the target, so the output is distributed as plain sampling. This is SpecInfer's
+    recursive rejection sampling for one-hot draft candidates: child c_i is accepted with
+    probability p'(c_i) under the residual p' left by the rejected siblings, which
+    sampling x ~ p and checking x against the children realises exactly.
+    """
+
+    lossless = True
+
+    def __init__(self, argmax: bool = False) -> None:
+        self.argmax = argmax
+
+    def __call__(
+        self,
+        trees: Sequence[TokenTree],
+        probs: torch.Tensor,  # [B, 1+N, V]: at the root, then at each node
+        greedy: Sequence[bool],
+        generators: Sequence[torch.Generator],
+    ) -> tuple[list[list[int]], list[int]]:
+        """Per row the accepted path (node indices) and the token emitted after it."""
+        chosen = [
+            probs[b].argmax(-1)
+            if self.argmax or greedy[b]
+            else torch.multinomial(probs[b], 1, generator=generators[b])[:, 0]
+            for b in range(len(trees))
+        ]
+        chosen = torch.stack(chosen).tolist()  # [B, 1+N], the host sync of the walk
+        paths = [greedy_walk(tree, row) for tree, row in zip(trees, chosen, strict=True)]
+        nexts = [row[1 + path[-1] if path else 0] for row, path in zip(chosen, paths, strict=True)]
+        return paths, nexts

@@ -40,13 +40,18 @@ class ScriptedTreeSpeculator:
         self.states = [states(torch.tensor([s]))[0] for s in self.sequences]  # [S, E] each
         self.right = right
         self.calls = 0
+        self.strict = True  # False: states off the references get arbitrary candidates
 
     def _locate(self, h, token):
         dist = [(s - h).norm(dim=-1) for s in self.states]
         seq = min(range(len(dist)), key=lambda r: float(dist[r].min()))
         pos = int(dist[seq].argmin())
+        if not self.strict and float(dist[seq][pos]) >= 1e-4:
+            return [(token + 1 + i) % 97 for i in range(HEADS)]
         assert float(dist[seq][pos]) < 1e-4, "observe() gave a state of no cached position"
         sequence = self.sequences[seq]
+        if not self.strict and token != sequence[pos + 1]:
+            return [(token + 1 + i) % 97 for i in range(HEADS)]
         assert token == sequence[pos + 1], "the last token is not the one sampled there"
         return [sequence[i] if i < len(sequence) else 0 for i in range(pos + 2, pos + 2 + HEADS)]
 
@@ -153,12 +158,13 @@ def test_ragged_acceptance_in_one_batch(setup, tokenizer):
     assert [c.stats.accepted for c in out] == [N - 1 - s for s in expected]
 
 
-def test_sampled_rows_get_a_single_chain(setup, tokenizer):
-    """temperature > 0: the drafter falls back to the best path only (lossless with the
-    rejection sampler); greedy rows in the same batch keep their trees."""
+@pytest.mark.parametrize("sampled_tree", [True, False])
+def test_trees_for_sampled_rows(setup, tokenizer, sampled_tree):
+    """temperature > 0 rows get the whole tree (verified by recursive rejection sampling),
+    or with `sampled_tree=False` only the best path; greedy rows always get the tree."""
     target, refs, _ = setup
     spec = ScriptedTreeSpeculator(target, PROMPTS, refs, lambda i: True)
-    drafter = SpeculatorDrafter(spec, 4, tree=TREE, n_candidates=12)
+    drafter = SpeculatorDrafter(spec, 4, tree=TREE, n_candidates=12, sampled_tree=sampled_tree)
     drafter.admit([p + r[:1] for p, r in zip(PROMPTS[:2], refs[:2], strict=True)])
     states = torch.stack([spec.states[b][len(PROMPTS[b]) - 1] for b in range(2)])
     drafter.observe(states)
@@ -167,9 +173,27 @@ def test_sampled_rows_get_a_single_chain(setup, tokenizer):
     assert isinstance(draft, TreeDraft)
     greedy, sampled = draft.trees
     assert len(greedy.paths) == 12 and greedy.max_depth == HEADS
-    assert len(sampled.paths) == 1 and sampled.num_nodes == HEADS
+    if sampled_tree:
+        assert len(sampled.paths) == 12
+    else:
+        assert len(sampled.paths) == 1 and sampled.num_nodes == HEADS
     # The best path (ranks 0, 0, 0) is wrong: the true continuation is a later candidate.
     best = [greedy.tokens[n] for n in greedy.paths[0]]
     assert best != refs[0][1:4] and refs[0][1:4] in [
         [greedy.tokens[n] for n in path] for path in greedy.paths
     ]
+
+
+def test_mixed_batch_greedy_rows_stay_exact(setup, tokenizer):
+    """Greedy rows next to sampling rows in the same tree passes keep their exact output
+    (the sampling rows leave the references, where the scripted heads propose anything)."""
+    target, refs, params = setup
+    spec = ScriptedTreeSpeculator(target, PROMPTS, refs, lambda i: True)
+    spec.strict = False
+    engine = _engine(target, tokenizer, spec, 8, RejectionSampler(), 12)
+    sampled = SamplingParams(temperature=0.8, max_tokens=N, seed=3)
+    out = engine.generate(PROMPTS, [params, sampled, params, sampled])
+    assert [out[0].token_ids, out[2].token_ids] == [refs[0], refs[2]]
+    steps = math.ceil((N - 1) / (HEADS + 1))
+    assert [out[0].stats.steps, out[2].stats.steps] == [steps, steps]
+    assert all(len(c.token_ids) == N for c in out)
