@@ -197,3 +197,22 @@ def test_mixed_batch_greedy_rows_stay_exact(setup, tokenizer):
     steps = math.ceil((N - 1) / (HEADS + 1))
     assert [out[0].stats.steps, out[2].stats.steps] == [steps, steps]
     assert all(len(c.token_ids) == N for c in out)
+
+
+def test_tree_refusals(setup, tokenizer):
+    from specdec.acceptors import LossyTypicalAcceptor
+    from specdec.errors import InvalidParameterError
+
+    target, refs, params = setup
+    spec = ScriptedTreeSpeculator(target, PROMPTS, refs, lambda i: True)
+    with pytest.raises(InvalidParameterError, match="top-k sizes"):
+        SpeculatorDrafter(spec, 2, tree=(3, 2, 2, 2))
+    # A chain-only acceptor has no tree form: refused, never silently applied.
+    engine = _engine(target, tokenizer, spec, 8, LossyTypicalAcceptor(), 12)
+    with pytest.raises(InvalidParameterError, match="verifies chains only"):
+        engine.generate(PROMPTS[:1], params)
+    # Cache room for the widest tree must be reserved.
+    engine = _engine(target, tokenizer, spec, 8, GreedyAcceptor(), 12)
+    engine.max_tree_nodes = 4
+    with pytest.raises(InvalidParameterError, match="max_tree_nodes"):
+        engine.generate(PROMPTS[:1], params)
