@@ -404,8 +404,11 @@ class Engine:
             num_new=1 + draft.num_nodes,
             tree=draft.with_root(),
         )
-        probs = self._probs(out.logits, params)  # [B, 1+N, V]
         greedy = [p.greedy for p in params]
+        if all(greedy) and type(self.tree_acceptor) is TreeWalkSampler:
+            probs = out.logits  # the walk takes only argmaxes: skip the softmax over 1+N rows
+        else:
+            probs = self._probs(out.logits, params)  # [B, 1+N, V]
         paths, nexts = self.tree_acceptor(draft.trees, probs, greedy, generators)
         d = max(len(path) for path in paths)
         index = torch.zeros(B, 1 + d, dtype=torch.long)  # [B, 1+d]: root, then path nodes
