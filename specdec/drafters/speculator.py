@@ -70,7 +70,12 @@ class SpeculatorDrafter:
     @property
     def max_nodes(self) -> int:
         """The most tree nodes one row can propose (0 in chain mode)."""
-        return 0 if self.tree is None else self.n_candidates * len(self.tree)
+        if self.tree is None:
+            return 0
+        # Level i holds at most prod(tree[:i+1]) nodes and at most one per kept path.
+        return sum(
+            min(self.n_candidates, math.prod(self.tree[: i + 1])) for i in range(len(self.tree))
+        )
 
     def propose(self, k, params, generators) -> Draft | TreeDraft:
         n = min(k, self.n_predict)
