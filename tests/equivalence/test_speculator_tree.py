@@ -216,3 +216,16 @@ def test_tree_refusals(setup, tokenizer):
     engine.max_tree_nodes = 4
     with pytest.raises(InvalidParameterError, match="max_tree_nodes"):
         engine.generate(PROMPTS[:1], params)
+
+
+@pytest.mark.parametrize("right", [lambda i: True, lambda i: i < 2], ids=["all right", "two"])
+def test_sliding_window_target(tokenizer, right):
+    """A Mistral-style target whose window (8) the sequences outgrow: still exact."""
+    target = native_from_hf(hf_tiny("mistral", sliding_window=8))
+    params = SamplingParams(temperature=0, max_tokens=N)
+    refs = [c.token_ids for c in Engine(target, tokenizer, frozenset()).generate(PROMPTS, params)]
+    spec = ScriptedTreeSpeculator(target, PROMPTS, refs, right)
+    out = _engine(target, tokenizer, spec, 8, GreedyAcceptor(), 12).generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+    heads_right = HEADS if right(HEADS - 1) else 2
+    assert [c.stats.steps for c in out] == [math.ceil((N - 1) / (heads_right + 1))] * len(PROMPTS)
