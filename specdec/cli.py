@@ -26,6 +26,15 @@ def _model_args(p) -> None:
     )
     p.add_argument("--k-max", type=int, default=8, help="largest window 'auto' may choose")
     p.add_argument(
+        "--tree",
+        default=None,
+        help="with speculator heads: top-k per head, e.g. 4,3,2, to draft candidate trees "
+        "verified in one pass (lossless for greedy and sampling)",
+    )
+    p.add_argument(
+        "--n-candidates", type=int, default=None, help="paths kept per tree (default: all)"
+    )
+    p.add_argument(
         "--draft-quant",
         default=None,
         choices=["int4", "none"],
@@ -234,6 +243,8 @@ def _load(args, **engine_args):
         device=args.device,
         tp=args.tp,
         draft_tp=args.draft_tp,
+        tree=args.tree,
+        n_candidates=args.n_candidates,
         **engine_args,
     )
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from specdec.acceptors import Draft, RejectionSampler, TokenAcceptor
+from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcceptor, Verdict
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters.base import Drafter
@@ -27,6 +27,7 @@ from specdec.metrics import SpecStats
 from specdec.models.kv_cache import KVCache
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import make_generator, param_tensors, probs_from_logits
+from specdec.speculator.tree import TreeDraft, TreeWalkSampler
 from specdec.tokenization import StopChecker
 
 
@@ -119,6 +120,10 @@ class Engine:
 
     `max_len` fixes the KV cache's length per row (a server's memory budget); left None,
     the cache is sized, whenever the engine is idle, to the longest waiting request.
+
+    A drafter may propose a candidate tree (`TreeDraft`) instead of a chain: the engine
+    then verifies every node in one pass (`_verify_tree`); `max_tree_nodes` (the drafter's
+    `max_nodes`) reserves cache room for the widest tree.
     """
 
     def __init__(
@@ -131,6 +136,8 @@ class Engine:
         acceptor: TokenAcceptor | None = None,
         window: FixedWindow | AdaptiveWindow | None = None,
         max_len: int | None = None,
+        max_tree_nodes: int = 0,
+        tree_acceptor=None,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
@@ -149,8 +156,15 @@ class Engine:
                 f"{type(self.acceptor).__name__} is not a TokenAcceptor: it needs a "
                 "`lossless` attribute and __call__(draft, target_probs, generators)"
             )
-        # Headroom: a verify pass writes k+1 positions past a row's length before rollback.
-        self.headroom = self.window.k_max + 2
+        # Headroom: a verify pass writes k+1 positions past a row's length before rollback
+        # (a tree: its root and up to `max_tree_nodes`, the drafter's `max_nodes`).
+        self.max_tree_nodes = max_tree_nodes
+        # Trees are verified by a tree acceptor: the lossless walk (argmax at every node
+        # when the chain acceptor is greedy). A user acceptor for chains has no tree form.
+        if tree_acceptor is None and isinstance(self.acceptor, (RejectionSampler, GreedyAcceptor)):
+            tree_acceptor = TreeWalkSampler(argmax=isinstance(self.acceptor, GreedyAcceptor))
+        self.tree_acceptor = tree_acceptor
+        self.headroom = max(self.window.k_max, max_tree_nodes) + 2
         if max_len is not None and not self.headroom < max_len:
             raise InvalidParameterError(f"max_len must exceed {self.headroom}, got {max_len}")
         self.max_len = max_len
@@ -330,24 +344,33 @@ class Engine:
             draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
             # A row's own window: never verify drafts past its max_tokens.
             remaining = torch.tensor([s.params.max_tokens - len(s.output_ids) for s in live])
-            draft = replace(draft, lengths=torch.minimum(draft.lengths, remaining - 1))
+            if isinstance(draft, TreeDraft):
+                if self.tree_acceptor is None:
+                    raise InvalidParameterError(
+                        f"{type(self.acceptor).__name__} verifies chains only: a tree drafter "
+                        "needs the rejection or greedy acceptor (or a tree_acceptor)"
+                    )
+                draft = draft.truncated(remaining - 1)
+                if int(draft.num_nodes.max()) > max(self.max_tree_nodes, k):
+                    raise InvalidParameterError(
+                        f"the drafter proposed a tree of {int(draft.num_nodes.max())} nodes: "
+                        "give the Engine max_tree_nodes=drafter.max_nodes to reserve room"
+                    )
+            else:
+                draft = replace(draft, lengths=torch.minimum(draft.lengths, remaining - 1))
         t1 = time.perf_counter()
-        # Verify: the last committed token and the draft, k+1 positions in one target pass.
-        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
-        start = cache.lengths[:B].clone()
-        out = self.model(
-            torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
-        )
-        target_probs = self._probs(out.logits, params)  # [B, k+1, V]
-        verdict = self.acceptor(draft, target_probs, generators)
+        # Verify: the last committed token and the draft in one target pass; accept; roll
+        # the cache back to the last committed token and the accepted drafts.
+        if isinstance(draft, TreeDraft):
+            verdict, hidden = self._verify_tree(live, cache, draft, params, generators)
+        else:
+            verdict, hidden = self._verify_chain(live, cache, draft, params, generators)
         accepted = verdict.num_accepted.cpu()
-        # Roll back: keep the last committed token and the accepted drafts.
-        cache.truncate(start + 1 + accepted)
         next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
         if drafter is not None:
             drafter.commit(verdict.num_accepted, next_tokens)
             if hasattr(drafter, "observe"):  # not in Algorithm 1: the state next_tokens came from
-                drafter.observe(out.hidden[torch.arange(B, device=device), verdict.num_accepted])
+                drafter.observe(hidden)
         emitted = verdict.tokens.tolist()  # the one host sync of the step
         now = time.perf_counter()
         lengths = draft.lengths.tolist()
@@ -358,6 +381,59 @@ class Engine:
                 if seq.finished:
                     break
         self.window.observe(B, k, now - t1, t1 - t0, *_conditional_counts(accepted, draft))
+
+    def _verify_chain(self, live, cache, draft, params, generators):
+        """k+1 positions per row in one pass; returns the verdict and the hidden state
+        `[B, H]` each row's next token came from."""
+        B, device = len(live), self.model.device
+        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
+        start = cache.lengths[:B].clone()
+        out = self.model(
+            torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
+        )
+        target_probs = self._probs(out.logits, params)  # [B, k+1, V]
+        verdict = self.acceptor(draft, target_probs, generators)
+        cache.truncate(start + 1 + verdict.num_accepted.cpu())
+        return verdict, out.hidden[torch.arange(B, device=device), verdict.num_accepted]
+
+    def _verify_tree(self, live, cache, draft: TreeDraft, params, generators):
+        """The root (last committed token) and every tree node in one pass with a tree mask.
+
+        Not in Algorithm 1: the tree acceptor (`TreeWalkSampler`: lossless, the argmax walk
+        for greedy rows, recursive rejection sampling over the children for the others)
+        picks each row's accepted path; its K/V move to consecutive slots and the cache is
+        truncated to it.
+        """
+        B, device = len(live), self.model.device
+        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
+        start = cache.lengths[:B].clone()
+        out = self.model(
+            torch.cat([last, draft.tokens.to(device)], 1),
+            cache,
+            num_new=1 + draft.num_nodes,
+            tree=draft.with_root(),
+        )
+        greedy = [p.greedy for p in params]
+        if all(greedy) and type(self.tree_acceptor) is TreeWalkSampler:
+            probs = out.logits  # the walk takes only argmaxes: skip the softmax over 1+N rows
+        else:
+            probs = self._probs(out.logits, params)  # [B, 1+N, V]
+        paths, nexts = self.tree_acceptor(draft.trees, probs, greedy, generators)
+        d = max(len(path) for path in paths)
+        index = torch.zeros(B, 1 + d, dtype=torch.long)  # [B, 1+d]: root, then path nodes
+        tokens = torch.full((B, d + 1), -1, dtype=torch.long)  # the verdict's
+        for b, (tree, path, nxt) in enumerate(zip(draft.trees, paths, nexts, strict=True)):
+            index[b, 1 : 1 + len(path)] = 1 + torch.tensor(path, dtype=torch.long)
+            tokens[b, : len(path) + 1] = torch.tensor([*(tree.tokens[n] for n in path), nxt])
+        accepted = torch.tensor([len(path) for path in paths], dtype=torch.long)
+        # Compact: the path's node at depth i moves to slot start + 1 + i.
+        dst = start[:, None] + 1 + torch.arange(d)  # [B, d]
+        on_path = torch.arange(d)[None, :] < accepted[:, None]
+        cache.move_slots(torch.where(on_path, start[:, None] + index[:, 1:], dst), dst)
+        cache.truncate(start + 1 + accepted)
+        at = index.gather(1, accepted[:, None])[:, 0].to(device)
+        verdict = Verdict(tokens.to(device), accepted.to(device))
+        return verdict, out.hidden[torch.arange(B, device=device), at]
 
     def _prefill(
         self, seqs: list[LiveSequence], first_row: int
@@ -407,10 +483,14 @@ class Engine:
         )
 
 
-def _conditional_counts(accepted: torch.Tensor, draft: Draft) -> tuple[list[int], list[int]]:
+def _conditional_counts(
+    accepted: torch.Tensor, draft: Draft | TreeDraft
+) -> tuple[list[int], list[int]]:
     """Per draft position i: rows that tested it (all earlier drafts kept, i < length) and
-    rows that kept it; their ratio is the conditional acceptance the window plans with."""
-    positions = torch.arange(draft.k)[None, :]
+    rows that kept it; their ratio is the conditional acceptance the window plans with.
+    For a tree, position i is depth i and a row's length is its deepest path."""
+    k = draft.k if isinstance(draft, Draft) else max(draft.lengths.tolist(), default=0)
+    positions = torch.arange(k)[None, :]
     reached = (accepted[:, None] >= positions) & (positions < draft.lengths[:, None])
     kept = accepted[:, None] > positions
     return reached.sum(0).tolist(), kept.sum(0).tolist()

@@ -59,6 +59,10 @@ class LLM:
         every rank builds the same LLM and calls `generate` with the same prompts.
     draft_tp: 1 (default: every rank runs the whole draft model, no communication) or
         `tp` (the draft is sharded like the target).
+    tree: with speculator heads, the top-k per head ("4,3,2" or (4, 3, 2)): each step
+        drafts a candidate tree of the best `n_candidates` paths (default: all), verified
+        in one target pass (`specdec.speculator.tree`); lossless with the rejection and
+        greedy acceptors.
     """
 
     @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others
@@ -77,6 +81,8 @@ class LLM:
         max_len: int | None = None,
         tp: int = 1,
         draft_tp: int = 1,
+        tree: str | Sequence[int] | None = None,
+        n_candidates: int | None = None,
     ) -> None:
         from specdec.models.registry import resolve
 
@@ -101,13 +107,19 @@ class LLM:
         if draft_quant not in ("int4", "none"):
             raise InvalidParameterError(f"draft_quant must be int4 or none, got {draft_quant!r}")
         self.speculator = None
+        self.tree = _parse_tree(tree)
+        self.n_candidates = n_candidates
         factory = self._drafter_factory(draft, dtype, device, draft_quant) if draft else None
+        if self.tree is not None and self.speculator is None:
+            raise InvalidParameterError("--tree needs speculator heads as --draft")
+        tree_nodes = factory(1, 1).max_nodes if self.tree is not None else 0
         if self.speculator is not None and isinstance(window, AdaptiveWindow):
             n = self.speculator.config.n_predict  # the heads draft at most n tokens
             window = AdaptiveWindow(k_max=min(window.k_max, n))
         self.eos_ids = eos_token_ids(path, self.tokenizer)
         if max_len is not None:  # a server's fixed budget, never past the model's context
-            max_len = min(max_len, self.model.config.max_position_embeddings + window.k_max + 2)
+            headroom = max(window.k_max, tree_nodes) + 2
+            max_len = min(max_len, self.model.config.max_position_embeddings + headroom)
         window = shared_window(window, self.tp)  # rank 0's choice of k on every rank
         self.engine = Engine(
             self.model,
@@ -118,6 +130,7 @@ class LLM:
             acceptor,
             window,
             max_len=max_len,
+            max_tree_nodes=tree_nodes,
         )
 
     def plain_engine(self) -> Engine:
@@ -134,7 +147,9 @@ class LLM:
                     "or ngram under tensor parallelism"
                 )
             self.speculator = load_speculator(draft, self.model, self.model.dtype, device)
-            return lambda max_batch, max_len: SpeculatorDrafter(self.speculator, max_batch, device)
+            return lambda max_batch, max_len: SpeculatorDrafter(
+                self.speculator, max_batch, device, tree=self.tree, n_candidates=self.n_candidates
+            )
         from specdec.models.registry import resolve
 
         path = resolve(draft, dtype)
@@ -175,6 +190,16 @@ class LLM:
         """Leave the tensor-parallel group if this LLM joined it (no-op for tp = 1)."""
         if self.tp is not None:
             self.tp.close()
+
+
+def _parse_tree(tree: str | Sequence[int] | None) -> tuple[int, ...] | None:
+    """ "4,3,2" or (4, 3, 2) -> (4, 3, 2); None stays None."""
+    if tree is None or isinstance(tree, tuple | list):
+        return None if tree is None else tuple(int(k) for k in tree)
+    try:
+        return tuple(int(k) for k in str(tree).split(","))
+    except ValueError:
+        raise InvalidParameterError(f"tree must look like 4,3,2, got {tree!r}") from None
 
 
 def build_window(speculate: int | str, k_max: int = 8) -> FixedWindow | AdaptiveWindow:

@@ -291,6 +291,32 @@ class MLPSpeculator(nn.Module):
             out.append(token)
         return torch.stack(out, 1) if out else last.new_zeros(len(last), 0)
 
+    @torch.inference_mode()
+    def propose_tree(
+        self, hidden: torch.Tensor, last: torch.Tensor, topk: tuple[int, ...]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every combination of the top `topk[i]` tokens of head i (len(topk) <= n_predict),
+        each head conditioned on its path's previous token: target ids `[B, P, n]` with
+        P = prod(topk), and their summed log-probabilities `[B, P]` (float32)."""
+        dtype = self.proj[0].weight.dtype
+        B = len(last)
+        state = hidden.to(dtype)[:, None]  # [B, P, E] with P = 1
+        prev = last[:, None]  # [B, P]
+        paths = last.new_zeros(B, 1, 0)  # [B, P, i]
+        scores = torch.zeros(B, 1, device=hidden.device)
+        for i, k in enumerate(topk):
+            state = self.head_step(i, state, prev)  # [B, P, D]
+            logp = torch.log_softmax(self._logits(i, state).float(), -1)  # [B, P, N]
+            top, index = logp.topk(k, dim=-1)  # [B, P, k]
+            ids = self.vocab_map[index]
+            P = paths.shape[1]
+            paths = torch.cat([paths[:, :, None].expand(-1, -1, k, -1), ids[..., None]], -1)
+            paths = paths.reshape(B, P * k, i + 1)
+            scores = (scores[:, :, None] + top).reshape(B, P * k)
+            state = state[:, :, None].expand(-1, -1, k, -1).reshape(B, P * k, -1)
+            prev = ids.reshape(B, P * k)
+        return paths, scores
+
     # --- files ---
 
     def save(self, path: str | Path) -> Path:

@@ -170,3 +170,28 @@ def test_drafter_rows_follow_the_engine(target):
     assert drafter.rows == 1 and drafter.last[0] == 13
     assert torch.equal(drafter.hidden[0], hidden[0] * 2)
     assert drafter.propose(0, [None], [None]).k == 0
+
+
+@pytest.mark.parametrize("mode", ["target tables", "own tables, draft vocab"])
+def test_propose_tree_enumerates_and_scores_every_path(target, mode):
+    spec = _random_init(build_speculator(target, n_predict=3, **MODES[mode]))
+    hidden, last = torch.randn(2, 64), torch.tensor([4, 20])
+    paths, scores = spec.propose_tree(hidden, last, (3, 2, 2))
+    assert paths.shape == (2, 12, 3) and scores.shape == (2, 12)
+    assert len({tuple(p) for p in paths[0].tolist()}) == 12
+    # The top-1 path of every head is the greedy chain.
+    greedy = spec.propose_greedy(hidden, last, 3)
+    assert torch.equal(spec.propose_tree(hidden, last, (1, 1, 1))[0][:, 0], greedy)
+    # Each score is the teacher-forced log-probability of its path.
+    to_draft = spec.to_draft if spec.config.reduced_vocab else None
+    for b in range(2):
+        for p in (0, 5, 11):
+            path = paths[b, p]
+            tokens = torch.cat([last[b : b + 1], path[:2]])[None, None]  # [1, 1, 3]
+            with torch.no_grad():
+                logits = spec(hidden[b][None, None], tokens)
+            want = 0.0
+            for i, head in enumerate(logits):
+                ids = path[i] if to_draft is None else to_draft[path[i]]
+                want += float(torch.log_softmax(head[0, 0].float(), -1)[ids])
+            assert abs(float(scores[b, p]) - want) < 1e-4

@@ -107,6 +107,24 @@ def test_trained_heads_are_lossless_and_accept(trained, target, tokenizer):
         out_spec = engine.generate(prompts, params)
         assert [c.token_ids for c in out_spec] == plain
         assert sum(c.stats.accepted for c in out_spec) > 0
+    # Candidate trees from the trained heads (the greedy chain is one of their paths): still
+    # exact, and accepting.
+    chain = sum(c.stats.accepted for c in out_spec)
+    engine = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=3,
+        drafter_factory=lambda b, length: SpeculatorDrafter(heads, b, tree=(3, 2, 2)),
+        window=FixedWindow(3),
+        max_tree_nodes=36,
+    )
+    out_tree = engine.generate(prompts, params)
+    assert [c.token_ids for c in out_tree] == plain
+    tree = sum(c.stats.accepted for c in out_tree)
+    steps = sum(c.stats.steps for c in out_tree)
+    print(f"accepted: chain {chain}, tree {tree} in {steps} passes")
+    assert tree > 0
 
 
 def test_resume_continues_at_the_checkpointed_step(target, tmp_path, monkeypatch):
@@ -158,3 +176,7 @@ def test_cli_train_then_generate_with_the_heads(tmp_path, capsys):
     spec = json.loads(capsys.readouterr().out)
     assert spec["token_ids"] == plain["token_ids"]
     assert spec["spec"]["drafted_tokens"] > 0
+    assert main([*gen, "--draft", str(out), "--speculate", "3", "--tree", "3,2,2"]) == 0
+    tree = json.loads(capsys.readouterr().out)
+    assert tree["token_ids"] == plain["token_ids"]
+    assert tree["spec"]["drafted_tokens"] > 0
