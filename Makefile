@@ -7,7 +7,7 @@ TARGET ?= qwen2.5-coder-1.5b-instruct
 DRAFT ?= qwen2.5-coder-0.5b-instruct
 DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number, with a docstring.
 
-.PHONY: venv demo test test-slow lint bench bench-quick bench-plain clean
+.PHONY: venv demo serve bench-serve test test-slow lint bench bench-quick bench-plain clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,18 @@ demo: $(STAMP)
 	$(VENV)/bin/specdec models pull $(DRAFT)
 	$(VENV)/bin/specdec generate --model $(TARGET) --draft $(DRAFT) --speculate auto \
 		--compare --chat --max-tokens 128 "$(DEMO_PROMPT)"
+
+# The OpenAI-compatible server on the default pair (http://127.0.0.1:8000/v1).
+serve: $(STAMP)
+	$(VENV)/bin/specdec models pull $(TARGET)
+	$(VENV)/bin/specdec models pull $(DRAFT)
+	$(VENV)/bin/specdec serve --model $(TARGET) --draft $(DRAFT) --speculate auto
+
+# Serving benchmark: a server per setting, ShareGPT chat prompts, 1/4/8 concurrent clients.
+bench-serve: $(STAMP)
+	mkdir -p bench-out
+	$(VENV)/bin/specdec bench-serve --model $(TARGET) --draft $(DRAFT) --speculate off,auto \
+		--concurrency 1,4,8 --num-prompts 12 --max-tokens 64 --out bench-out/serve.json
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check specdec tests scripts examples

@@ -1,4 +1,4 @@
-"""`specdec` command line: generate, models list|pull, bench."""
+"""`specdec` command line: generate, serve, bench, bench-serve, train-speculator, models."""
 
 from __future__ import annotations
 
@@ -6,32 +6,35 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from specdec.bench import cli as bench_cli
-from specdec.errors import SpecdecError
+from specdec.errors import InvalidParameterError, SpecdecError
 
 
-def _generate_args(sub) -> None:
-    p = sub.add_parser("generate", help="generate text from prompts")
+def _model_args(p) -> None:
+    """The target, its drafter and the acceptance rule: shared by generate and serve."""
     p.add_argument("--model", required=True, help="registry name, HF directory or .gguf file")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--max-tokens", type=int, default=128)
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--ignore-eos", action="store_true", help="never stop at EOS (benchmarks)")
-    p.add_argument("--max-batch", type=int, default=8, help="prompts decoded together")
-    p.add_argument("--draft", default=None, help="draft model (name/path) or 'ngram'")
+    p.add_argument(
+        "--draft", default=None, help="draft model (name/path), speculator directory, or 'ngram'"
+    )
     p.add_argument(
         "--speculate",
         default=None,
         help="tokens drafted per step, or 'auto' (default with --draft)",
     )
     p.add_argument("--k-max", type=int, default=8, help="largest window 'auto' may choose")
+    p.add_argument(
+        "--tree",
+        default=None,
+        help="with speculator heads: top-k per head, e.g. 4,3,2, to draft candidate trees "
+        "verified in one pass (lossless for greedy and sampling)",
+    )
+    p.add_argument(
+        "--n-candidates", type=int, default=None, help="paths kept per tree (default: all)"
+    )
     p.add_argument(
         "--draft-quant",
         default=None,
@@ -43,11 +46,106 @@ def _generate_args(sub) -> None:
         default="rejection",
         help="rejection (lossless) | greedy | typical (lossy) | module:Class",
     )
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (under torchrun)")
+    p.add_argument("--draft-tp", type=int, default=1, help="1 (replicated draft) or --tp")
+
+
+def _generate_args(sub) -> None:
+    p = sub.add_parser("generate", help="generate text from prompts")
+    _model_args(p)
+    p.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="never stop at EOS (benchmarks)")
+    p.add_argument("--max-batch", type=int, default=8, help="prompts decoded together")
     p.add_argument(
         "--compare", action="store_true", help="also run plain decoding and print the speedup"
     )
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
     p.add_argument("prompts", nargs="+", metavar="PROMPT")
+
+
+def _serve_args(sub) -> None:
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server")
+    _model_args(p)
+    p.add_argument("--max-batch-size", type=int, default=8, help="sequences decoded together")
+    p.add_argument(
+        "--max-model-len",
+        type=int,
+        default=4096,
+        help="KV cache length per sequence (prompt + output); capped by the model's context",
+    )
+    p.add_argument("--max-queue", type=int, default=256, help="waiting requests before 429")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument(
+        "--served-model-name", default=None, help="model id for clients (default: --model)"
+    )
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _bench_serve_args(sub) -> None:
+    p = sub.add_parser(
+        "bench-serve",
+        help="load-test a server (ShareGPT or code prompts), speculation on vs off",
+    )
+    p.add_argument("--url", default=None, help="an already running server (else launch one)")
+    p.add_argument("--served-model", default=None, help="model id at --url (default: first)")
+    p.add_argument("--model", default=None, help="target to launch `specdec serve` with")
+    p.add_argument("--draft", default=None, help="draft to launch with (name/path or ngram)")
+    p.add_argument(
+        "--speculate",
+        default="off,auto",
+        help="comma list of server settings to compare: off, auto or K (launch mode)",
+    )
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    p.add_argument("--max-batch-size", type=int, default=8)
+    p.add_argument("--dataset", default="sharegpt", choices=["sharegpt", "code"])
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--concurrency", default="1,4,8", help="comma list of closed-loop clients")
+    p.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals per s")
+    p.add_argument("--port", type=int, default=8123, help="port for launched servers")
+    p.add_argument("--out", default="bench-serve.json", help="results (JSON rows)")
+
+
+def _train_speculator_args(sub) -> None:
+    p = sub.add_parser("train-speculator", help="train MLP speculator heads for a target")
+    p.add_argument("--model", required=True, help="the target: registry name or directory")
+    p.add_argument("--data", default="sharegpt", help="sharegpt, or a .jsonl/.json/.txt file")
+    p.add_argument("--out", required=True, help="directory for heads, checkpoints and logs")
+    p.add_argument("--heads", type=int, default=3, help="tokens drafted per step")
+    p.add_argument("--stage1-steps", type=int, default=1000, help="steps on ground-truth text")
+    p.add_argument("--stage2-steps", type=int, default=500, help="steps on target outputs")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per stage-1 row")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--stage2-lr", type=float, default=3e-4)
+    p.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
+    p.add_argument(
+        "--own-tables",
+        action="store_true",
+        help="train own embeddings and vocabulary heads (the MLPSpeculator layout) "
+        "instead of reusing the target's frozen ones",
+    )
+    p.add_argument("--inner-dim", type=int, default=None, help="head width with --own-tables")
+    p.add_argument("--tie-weights", action="store_true", help="share weights across heads")
+    p.add_argument("--draft-vocab", type=int, default=0, help="score only the N most frequent ids")
+    p.add_argument("--stage2-prompts", type=int, default=None, help="continuations generated")
+    p.add_argument("--stage2-max-tokens", type=int, default=128)
+    p.add_argument("--stage2-temperature", type=float, default=0.0)
+    p.add_argument("--eval-prompts", type=int, default=16, help="held-out prompts")
+    p.add_argument("--eval-max-tokens", type=int, default=64)
+    p.add_argument("--no-chat", action="store_true", help="no chat template on conversations")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="the target's")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
 
 def _models_args(sub) -> None:
@@ -63,14 +161,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _generate_args(sub)
+    _serve_args(sub)
+    _bench_serve_args(sub)
+    _train_speculator_args(sub)
     _models_args(sub)
     bench_cli.add_parser(sub)
     return parser
 
 
 def cmd_generate(args) -> None:
+    from specdec.distributed import tensor_parallel
+
+    # --tp N: one rank per process (torchrun); a rank's failure surfaces on rank 0.
+    with tensor_parallel(args.tp, args.device) as tp:
+        _generate(args, quiet=tp is not None and not tp.is_leader)
+
+
+def _generate(args, quiet: bool) -> None:
     from specdec.config import SamplingParams
-    from specdec.llm import LLM
 
     params = SamplingParams(
         temperature=args.temperature,
@@ -82,21 +190,14 @@ def cmd_generate(args) -> None:
         ignore_eos=args.ignore_eos,
     )
     t0 = time.perf_counter()
-    llm = LLM(
-        args.model,
-        draft=args.draft,
-        speculate=args.speculate,
-        acceptor=args.acceptor,
-        k_max=args.k_max,
-        draft_quant=args.draft_quant,
-        dtype=args.dtype,
-        device=args.device,
-        max_batch=args.max_batch,
-    )
+    llm = _load(args, max_batch=args.max_batch)
     load_s = time.perf_counter() - t0
     ids = [llm.encode(p, args.chat) for p in args.prompts]
+    params = llm.spmd_params(params, len(ids))
     plain = llm.plain_engine().generate(ids, params) if args.compare else None
     completions = llm.engine.generate(ids, params)
+    if quiet:  # tensor parallelism: rank 0 prints
+        return
     for i, (prompt, c) in enumerate(zip(args.prompts, completions, strict=True)):
         base = plain[i] if plain else None
         if args.json:
@@ -130,6 +231,155 @@ def _print_human(c, base, load_s: float) -> None:
     print(line, flush=True)
 
 
+def _load(args, **engine_args):
+    from specdec.llm import LLM
+
+    return LLM(
+        args.model,
+        draft=args.draft,
+        speculate=args.speculate,
+        acceptor=args.acceptor,
+        k_max=args.k_max,
+        draft_quant=args.draft_quant,
+        dtype=args.dtype,
+        device=args.device,
+        tp=args.tp,
+        draft_tp=args.draft_tp,
+        tree=args.tree,
+        n_candidates=args.n_candidates,
+        **engine_args,
+    )
+
+
+def cmd_serve(args) -> None:
+    from specdec.distributed import tensor_parallel
+
+    # --tp N: rank 0 serves HTTP and sends each step's commands to the others, which follow.
+    with tensor_parallel(args.tp, args.device) as tp:
+        llm = _load(args, max_batch=args.max_batch_size, max_len=args.max_model_len)
+        if tp is not None and not tp.is_leader:
+            from specdec.serving.async_engine import follow
+
+            follow(llm.engine, lambda _: tp.broadcast_object(None))
+            return
+        _serve(args, llm, sync=tp.broadcast_object if tp is not None else None)
+
+
+def _serve(args, llm, sync) -> None:
+    import uvicorn
+
+    from specdec.serving.app import build_app
+
+    name = args.served_model_name or args.model
+    app = build_app(llm.engine, name, api_key=args.api_key, max_queue=args.max_queue, sync=sync)
+    print(f"specdec: serving {name} on http://{args.host}:{args.port}/v1", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+
+
+def cmd_bench_serve(args) -> None:
+    import asyncio
+
+    import httpx
+
+    from specdec.bench import workloads
+    from specdec.serving import loadgen
+
+    if args.url is None and args.model is None:
+        raise InvalidParameterError("give --url of a running server or --model to launch one")
+    n = args.num_prompts
+    if args.dataset == "code":
+        prompts = (workloads.CODE_PROMPTS * (n // len(workloads.CODE_PROMPTS) + 1))[:n]
+    else:
+        prompts = workloads.sharegpt_prompts(n)
+    loads = (
+        [("rate", args.request_rate)]
+        if args.request_rate
+        else [("clients", int(c)) for c in args.concurrency.split(",")]
+    )
+    rows: list[dict] = []
+
+    def measure(url: str, model: str, label: str, kind: str, value) -> None:
+        concurrency, rate = (value, None) if kind == "clients" else (None, value)
+        results, wall = asyncio.run(
+            loadgen.run_load(url, model, prompts, args.max_tokens, concurrency, rate)
+        )
+        row = loadgen.result_row(label, f"{kind}={value}", loadgen.summarize(results, wall))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+    def warm_up(url: str, model: str) -> None:
+        asyncio.run(loadgen.run_load(url, model, prompts[:1], args.max_tokens, 1))
+
+    if args.url:
+        url = args.url.rstrip("/")
+        model = args.served_model or httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        warm_up(url, model)
+        for kind, value in loads:
+            measure(url, model, "given", kind, value)
+    else:
+        # Every setting's server runs at once and the loads alternate between them, so a
+        # neighbour's burst on the machine lands on both sides of a comparison.
+        servers = {}
+        try:
+            for i, setting in enumerate(args.speculate.split(",")):
+                serve = ["--model", args.model, "--dtype", args.dtype]
+                serve += ["--served-model-name", "bench", "--log-level", "warning"]
+                serve += ["--max-batch-size", str(args.max_batch_size)]
+                if setting != "off":
+                    if args.draft is None:
+                        raise InvalidParameterError(f"--speculate {setting} needs --draft")
+                    serve += ["--draft", args.draft, "--speculate", setting]
+                log = f"{args.out}.{setting}.log"
+                servers[setting] = loadgen.LaunchedServer(serve, args.port + i, log)
+            for server in servers.values():
+                server.wait_ready()
+                warm_up(server.url, "bench")
+            for kind, value in loads:
+                for setting, server in servers.items():
+                    measure(server.url, "bench", f"speculate {setting}", kind, value)
+        finally:
+            for server in servers.values():
+                server.stop()
+    print(loadgen.format_table(rows))
+
+
+def cmd_train_speculator(args) -> None:
+    import torch
+
+    from specdec.speculator.train import TrainConfig, train_speculator
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = TrainConfig(
+        heads=args.heads,
+        stage1_steps=args.stage1_steps,
+        stage2_steps=args.stage2_steps,
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        lr=args.lr,
+        stage2_lr=args.stage2_lr,
+        checkpoint_every=args.checkpoint_every,
+        reuse_target=not args.own_tables,
+        tie_weights=args.tie_weights,
+        inner_dim=args.inner_dim,
+        draft_vocab=args.draft_vocab,
+        stage2_prompts=args.stage2_prompts,
+        stage2_max_tokens=args.stage2_max_tokens,
+        stage2_temperature=args.stage2_temperature,
+        eval_prompts=args.eval_prompts,
+        eval_max_tokens=args.eval_max_tokens,
+        chat=not args.no_chat,
+        seed=args.seed,
+    )
+    train_speculator(args.model, args.data, args.out, cfg, dtype=args.dtype, device=args.device)
+    results = Path(args.out) / "eval.json"
+    if results.is_file():
+        print(results.read_text(), end="")
+    print(f"specdec: heads saved in {args.out} (use --draft {args.out})", flush=True)
+
+
 def cmd_models(args) -> None:
     from specdec.models import registry
 
@@ -149,7 +399,14 @@ def cmd_models(args) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        commands = {"generate": cmd_generate, "models": cmd_models, "bench": bench_cli.run}
+        commands = {
+            "generate": cmd_generate,
+            "serve": cmd_serve,
+            "bench-serve": cmd_bench_serve,
+            "train-speculator": cmd_train_speculator,
+            "models": cmd_models,
+            "bench": bench_cli.run,
+        }
         commands[args.command](args)
     except SpecdecError as err:
         print(f"specdec: error: {err}", file=sys.stderr)

@@ -1,8 +1,10 @@
 """The decoding engine: requests in, completions out, speculatively when given a drafter.
 
-`Engine` runs batches of token-id requests on a native `Transformer`. Live sequences are
-kept packed in the first rows of the KV cache (and of the drafter's state); a sequence that
-finishes hands its row to the last live one, so no model computes a finished row.
+`Engine` runs requests (token ids) on a native `Transformer` with continuous batching:
+requests queue, join the running batch between steps and leave it when done. Live
+sequences are kept packed in the first rows of the KV cache (and of the drafter's state); a
+sequence that finishes hands its row to the last live one, so no model computes a finished
+row, and a waiting request takes the freed row at the next step.
 
 Plain decoding is the k = 0 case of the speculative step: one step per token.
 """
@@ -10,12 +12,13 @@ Plain decoding is the k = 0 case of the speculative step: one step per token.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from specdec.acceptors import Draft, RejectionSampler, TokenAcceptor
+from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcceptor, Verdict
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters.base import Drafter
@@ -24,6 +27,7 @@ from specdec.metrics import SpecStats
 from specdec.models.kv_cache import KVCache
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import make_generator, param_tensors, probs_from_logits
+from specdec.speculator.tree import TreeDraft, TreeWalkSampler
 from specdec.tokenization import StopChecker
 
 
@@ -34,12 +38,12 @@ class Completion:
     text: str
     token_ids: list[int]
     prompt_tokens: int
-    finish_reason: str  # "stop" (EOS or stop string) | "length"
+    finish_reason: str  # "stop" (EOS or stop string) | "length" | "abort"
     stats: SpecStats  # steps, drafted/accepted tokens, timings
 
     @property
     def elapsed_s(self) -> float:
-        """From the start of the batch until this request finished."""
+        """From the request's arrival until it finished."""
         return self.stats.elapsed_s
 
     @property
@@ -68,7 +72,7 @@ class Completion:
         }
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two requests are never "equal"
 class LiveSequence:
     """Decoding state of one request while it is live."""
 
@@ -76,6 +80,8 @@ class LiveSequence:
     params: SamplingParams
     generator: torch.Generator
     stop: StopChecker
+    request_id: str | None = None
+    arrived_at: float = field(default_factory=time.perf_counter)
     output_ids: list[int] = field(default_factory=list)
     stats: SpecStats = field(default_factory=lambda: SpecStats(requests=1))
     finish_reason: str | None = None
@@ -102,11 +108,22 @@ class LiveSequence:
 
 
 class Engine:
-    """Decoding over a native transformer; speculative when given a drafter.
+    """Continuous-batching decoding over a native transformer; speculative with a drafter.
 
-    Each step follows Algorithm 1 of Leviathan et al.: the drafter proposes k tokens per
-    row, the target scores all k+1 positions in one pass, the acceptor keeps a prefix plus
-    one token, and both caches roll back to what was kept. `window` chooses k per step.
+    Requests wait in a FIFO queue and join the running batch between steps (`step`), up to
+    `max_batch` rows; each keeps its own sampling parameters and generator. Each step
+    follows Algorithm 1 of Leviathan et al.: the drafter proposes k tokens per row, the
+    target scores all k+1 positions in one pass, the acceptor keeps a prefix plus one
+    token, and both caches roll back to what was kept. `window` chooses k per step for the
+    batch at hand (the `auto` policy weighs the batch's verify cost); each row's draft is
+    then cut to what it can still use.
+
+    `max_len` fixes the KV cache's length per row (a server's memory budget); left None,
+    the cache is sized, whenever the engine is idle, to the longest waiting request.
+
+    A drafter may propose a candidate tree (`TreeDraft`) instead of a chain: the engine
+    then verifies every node in one pass (`_verify_tree`); `max_tree_nodes` (the drafter's
+    `max_nodes`) reserves cache room for the widest tree.
     """
 
     def __init__(
@@ -118,6 +135,9 @@ class Engine:
         drafter_factory=None,
         acceptor: TokenAcceptor | None = None,
         window: FixedWindow | AdaptiveWindow | None = None,
+        max_len: int | None = None,
+        max_tree_nodes: int = 0,
+        tree_acceptor=None,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
@@ -136,13 +156,35 @@ class Engine:
                 f"{type(self.acceptor).__name__} is not a TokenAcceptor: it needs a "
                 "`lossless` attribute and __call__(draft, target_probs, generators)"
             )
+        # Headroom: a verify pass writes k+1 positions past a row's length before rollback
+        # (a tree: its root and up to `max_tree_nodes`, the drafter's `max_nodes`).
+        self.max_tree_nodes = max_tree_nodes
+        # Trees are verified by a tree acceptor: the lossless walk (argmax at every node
+        # when the chain acceptor is greedy). A user acceptor for chains has no tree form.
+        if tree_acceptor is None and isinstance(self.acceptor, (RejectionSampler, GreedyAcceptor)):
+            tree_acceptor = TreeWalkSampler(argmax=isinstance(self.acceptor, GreedyAcceptor))
+        self.tree_acceptor = tree_acceptor
+        self.headroom = max(self.window.k_max, max_tree_nodes) + 2
+        if max_len is not None and not self.headroom < max_len:
+            raise InvalidParameterError(f"max_len must exceed {self.headroom}, got {max_len}")
+        self.max_len = max_len
+        self.live: list[LiveSequence] = []  # live[i] owns cache row i (and drafter row i)
+        self.waiting: deque[LiveSequence] = deque()
+        self._cache: KVCache | None = None
+        self._drafter: Drafter | None = None
+        self.last_window = 0  # k of the latest step, for monitoring
 
     @property
     def context_length(self) -> int:
         return self.model.config.max_position_embeddings
 
+    @property
+    def has_work(self) -> bool:
+        return bool(self.live or self.waiting)
+
     def check_fits(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
-        """Refuse, before any work, a request that cannot fit the model's context."""
+        """Refuse, before any work, a request that cannot fit the model's context (or the
+        engine's fixed `max_len`)."""
         n, ctx = len(prompt_ids), self.context_length
         if n == 0:
             raise InvalidParameterError("the prompt is empty (it must have at least one token)")
@@ -155,6 +197,45 @@ class Engine:
                 f"the prompt has {n} tokens and max_tokens is {params.max_tokens}: "
                 f"{n + params.max_tokens} exceeds the model's context of {ctx} tokens"
             )
+        if self.max_len is not None and n + params.max_tokens > self.max_len - self.headroom:
+            raise ContextLengthError(
+                f"the prompt has {n} tokens and max_tokens is {params.max_tokens}: "
+                f"{n + params.max_tokens} exceeds this engine's limit of "
+                f"{self.max_len - self.headroom} tokens per sequence (its max_len)"
+            )
+
+    def add_request(
+        self, prompt_ids: Sequence[int], params: SamplingParams, request_id: str | None = None
+    ) -> LiveSequence:
+        """Queue a request; it joins the batch at a coming `step`. Checked here, so a bad
+        request never reaches the batch."""
+        self.check_fits(prompt_ids, params)
+        seq = LiveSequence(
+            list(prompt_ids),
+            params,
+            make_generator(params.seed, self.model.device),
+            StopChecker(self.tokenizer, params.stop),
+            request_id=request_id,
+        )
+        self.waiting.append(seq)
+        return seq
+
+    def reset(self) -> None:
+        """Drop every request, live or waiting, and the caches (after a failed step)."""
+        for seq in [*self.live, *self.waiting]:
+            self.abort(seq)
+        self.live.clear()
+        self.waiting.clear()
+        self._cache = self._drafter = None
+
+    def abort(self, seq: LiveSequence) -> None:
+        """Stop a request (a client went away); its row is freed at the next step."""
+        if seq.finished:
+            return
+        seq.finish_reason = "abort"
+        seq.finished_at = time.perf_counter()
+        if seq in self.waiting:
+            self.waiting.remove(seq)
 
     @torch.inference_mode()
     def generate(
@@ -162,73 +243,134 @@ class Engine:
         prompts: Sequence[Sequence[int]],
         params: SamplingParams | Sequence[SamplingParams],
     ) -> list[Completion]:
-        """Generate for each prompt (token ids); batches of up to `max_batch` at a time."""
+        """Generate for each prompt (token ids), `max_batch` sequences at a time: a row
+        freed by a finished sequence is taken by the next waiting one at the next step."""
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
         if len(params) != len(prompts):
             raise InvalidParameterError("give one SamplingParams, or one per prompt")
         for ids, p in zip(prompts, params, strict=True):
             self.check_fits(ids, p)
-        results: list[Completion] = []
-        for start in range(0, len(prompts), self.max_batch):
-            chunk = slice(start, start + self.max_batch)
-            results.extend(self._generate_batch(prompts[chunk], params[chunk]))
-        return results
+        seqs = [self.add_request(ids, p) for ids, p in zip(prompts, params, strict=True)]
+        while any(not s.finished for s in seqs):
+            self.step()
+        return [self.completion(s) for s in seqs]
 
-    def _generate_batch(self, prompts, params) -> list[Completion]:
-        device = self.model.device
-        seqs = [
-            LiveSequence(
-                list(ids), p, make_generator(p.seed, device), StopChecker(self.tokenizer, p.stop)
-            )
-            for ids, p in zip(prompts, params, strict=True)
-        ]
-        # Headroom: a verify pass writes k+1 positions before rolling back.
-        max_len = max(len(s.prompt_ids) + s.params.max_tokens for s in seqs)
-        max_len += self.window.k_max + 2
-        cache = self.model.new_cache(len(seqs), max_len)
-        drafter = self.drafter_factory(len(seqs), max_len) if self.drafter_factory else None
-        started = time.perf_counter()
-        live = list(seqs)  # live[i] owns cache row i (and drafter row i)
-        first = self._prefill(live, cache)
+    def step(self) -> list[LiveSequence]:
+        """One scheduling step: `admit` then `decode`. Returns the sequences that gained
+        tokens or finished in this step."""
+        return list(dict.fromkeys(self.admit() + self.decode()))
+
+    @torch.inference_mode()
+    def admit(self) -> list[LiveSequence]:
+        """Free the rows of aborted sequences and admit waiting requests, prefilling them
+        together (each gets its first token). A server streams those first tokens before
+        the next `decode`, so time to first token is one prefill, not prefill + step."""
+        touched = [s for s in self.live if s.finished]  # aborted since the last step
+        self._drop_finished()
+        return touched + self._admit()
+
+    @torch.inference_mode()
+    def decode(self) -> list[LiveSequence]:
+        """One speculative step over every live row; returns them (finished ones too)."""
+        if not self.live:
+            return []
+        touched = list(self.live)
+        self._step(self.live, self._cache, self._drafter)
+        self._drop_finished()
+        return touched
+
+    def _admit(self) -> list[LiveSequence]:
+        """Move waiting requests (FIFO) into free rows and prefill them. A request that
+        needs a longer cache than the current one waits until the engine is idle, when the
+        cache is rebuilt to fit it."""
+        if not self.waiting:
+            return []
+        if not self.live:
+            self._ensure_cache()
+        admitted: list[LiveSequence] = []
+        while self.waiting and len(self.live) + len(admitted) < self._cache.max_batch:
+            seq = self.waiting[0]
+            if len(seq.prompt_ids) + seq.params.max_tokens + self.headroom > self._cache.max_len:
+                break
+            admitted.append(self.waiting.popleft())
+        if not admitted:
+            return []
+        first_row = len(self.live)
+        tokens, hidden = self._prefill(admitted, first_row)
         now = time.perf_counter()
-        for seq, token in zip(live, first.tolist(), strict=True):
+        for seq, token in zip(admitted, tokens.tolist(), strict=True):
             seq.append(token, self.eos_ids, now)
-        _drop_finished(live, [cache])
-        if drafter is not None and live:
-            drafter.admit([s.prompt_ids + s.output_ids for s in live])
-        holders = [cache] if drafter is None else [cache, drafter]
-        while live:
-            self._step(live, cache, drafter)
-            _drop_finished(live, holders)
-        return [self._completion(s, started) for s in seqs]
+        self.live.extend(admitted)
+        # Sequences done after one token leave before the drafter ever sees them.
+        _drop_finished(self.live, [self._cache], start=first_row)
+        if self._drafter is not None and len(self.live) > first_row:
+            self._drafter.admit([s.prompt_ids + s.output_ids for s in self.live[first_row:]])
+            if hasattr(self._drafter, "observe"):  # speculator heads read the target's state
+                kept = [admitted.index(s) for s in self.live[first_row:]]
+                self._drafter.observe(hidden[kept], first_row=first_row)
+        return admitted
+
+    def _ensure_cache(self) -> None:
+        """(Re)build the KV cache and drafter, while idle, big enough for the queue."""
+        if self.max_len is not None:
+            rows, length = self.max_batch, self.max_len
+        else:
+            rows = min(self.max_batch, len(self.waiting))
+            length = max(len(s.prompt_ids) + s.params.max_tokens for s in self.waiting)
+            length += self.headroom
+        cache = self._cache
+        if cache is not None and cache.max_batch >= rows and cache.max_len >= length:
+            return
+        self._cache = self._drafter = None  # free the old memory first
+        self._cache = self.model.new_cache(rows, length)
+        if self.drafter_factory is not None:
+            self._drafter = self.drafter_factory(rows, length)
+
+    def _drop_finished(self) -> None:
+        holders = [self._cache] if self._drafter is None else [self._cache, self._drafter]
+        _drop_finished(self.live, holders)
 
     def _step(self, live: list[LiveSequence], cache: KVCache, drafter: Drafter | None) -> None:
         """Propose -> verify -> accept -> roll back, for every live row."""
         B, device = len(live), self.model.device
         params = [s.params for s in live]
         generators = [s.generator for s in live]
-        k = self.window.choose(B)
+        k = self.last_window = self.window.choose(B)
         t0 = time.perf_counter()
         if drafter is None:
             draft = Draft.empty(B, device)
         else:  # at k = 0 a drafter proposes nothing but may keep its state in step
             draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
+            # A row's own window: never verify drafts past its max_tokens.
+            remaining = torch.tensor([s.params.max_tokens - len(s.output_ids) for s in live])
+            if isinstance(draft, TreeDraft):
+                if self.tree_acceptor is None:
+                    raise InvalidParameterError(
+                        f"{type(self.acceptor).__name__} verifies chains only: a tree drafter "
+                        "needs the rejection or greedy acceptor (or a tree_acceptor)"
+                    )
+                draft = draft.truncated(remaining - 1)
+                if int(draft.num_nodes.max()) > max(self.max_tree_nodes, k):
+                    raise InvalidParameterError(
+                        f"the drafter proposed a tree of {int(draft.num_nodes.max())} nodes: "
+                        "give the Engine max_tree_nodes=drafter.max_nodes to reserve room"
+                    )
+            else:
+                draft = replace(draft, lengths=torch.minimum(draft.lengths, remaining - 1))
         t1 = time.perf_counter()
-        # Verify: the last committed token and the draft, k+1 positions in one target pass.
-        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
-        start = cache.lengths[:B].clone()
-        logits = self.model(
-            torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
-        ).logits  # [B, k+1, V]
-        target_probs = self._probs(logits, params)  # [B, k+1, V]
-        verdict = self.acceptor(draft, target_probs, generators)
+        # Verify: the last committed token and the draft in one target pass; accept; roll
+        # the cache back to the last committed token and the accepted drafts.
+        if isinstance(draft, TreeDraft):
+            verdict, hidden = self._verify_tree(live, cache, draft, params, generators)
+        else:
+            verdict, hidden = self._verify_chain(live, cache, draft, params, generators)
         accepted = verdict.num_accepted.cpu()
-        # Roll back: keep the last committed token and the accepted drafts.
-        cache.truncate(start + 1 + accepted)
         next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
         if drafter is not None:
             drafter.commit(verdict.num_accepted, next_tokens)
+            if hasattr(drafter, "observe"):  # not in Algorithm 1: the state next_tokens came from
+                drafter.observe(hidden)
         emitted = verdict.tokens.tolist()  # the one host sync of the step
         now = time.perf_counter()
         lengths = draft.lengths.tolist()
@@ -240,14 +382,77 @@ class Engine:
                     break
         self.window.observe(B, k, now - t1, t1 - t0, *_conditional_counts(accepted, draft))
 
-    def _prefill(self, live: list[LiveSequence], cache: KVCache) -> torch.Tensor:
-        """Run all prompts at once (right-padded); sample each row's first token `[B]`."""
-        tokens, lengths = right_pad([s.prompt_ids for s in live], self.model.device)
-        out = self.model(tokens, cache, num_new=lengths, logits_at=(lengths - 1)[:, None])
-        probs = self._probs(out.logits, [s.params for s in live])
-        draft = Draft.empty(len(live), self.model.device)
-        verdict = self.acceptor(draft, probs, [s.generator for s in live])
-        return verdict.tokens[:, 0]
+    def _verify_chain(self, live, cache, draft, params, generators):
+        """k+1 positions per row in one pass; returns the verdict and the hidden state
+        `[B, H]` each row's next token came from."""
+        B, device = len(live), self.model.device
+        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
+        start = cache.lengths[:B].clone()
+        out = self.model(
+            torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
+        )
+        target_probs = self._probs(out.logits, params)  # [B, k+1, V]
+        verdict = self.acceptor(draft, target_probs, generators)
+        cache.truncate(start + 1 + verdict.num_accepted.cpu())
+        return verdict, out.hidden[torch.arange(B, device=device), verdict.num_accepted]
+
+    def _verify_tree(self, live, cache, draft: TreeDraft, params, generators):
+        """The root (last committed token) and every tree node in one pass with a tree mask.
+
+        Not in Algorithm 1: the tree acceptor (`TreeWalkSampler`: lossless, the argmax walk
+        for greedy rows, recursive rejection sampling over the children for the others)
+        picks each row's accepted path; its K/V move to consecutive slots and the cache is
+        truncated to it.
+        """
+        B, device = len(live), self.model.device
+        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
+        start = cache.lengths[:B].clone()
+        out = self.model(
+            torch.cat([last, draft.tokens.to(device)], 1),
+            cache,
+            num_new=1 + draft.num_nodes,
+            tree=draft.with_root(),
+        )
+        greedy = [p.greedy for p in params]
+        if all(greedy) and type(self.tree_acceptor) is TreeWalkSampler:
+            probs = out.logits  # the walk takes only argmaxes: skip the softmax over 1+N rows
+        else:
+            probs = self._probs(out.logits, params)  # [B, 1+N, V]
+        paths, nexts = self.tree_acceptor(draft.trees, probs, greedy, generators)
+        d = max(len(path) for path in paths)
+        index = torch.zeros(B, 1 + d, dtype=torch.long)  # [B, 1+d]: root, then path nodes
+        tokens = torch.full((B, d + 1), -1, dtype=torch.long)  # the verdict's
+        for b, (tree, path, nxt) in enumerate(zip(draft.trees, paths, nexts, strict=True)):
+            index[b, 1 : 1 + len(path)] = 1 + torch.tensor(path, dtype=torch.long)
+            tokens[b, : len(path) + 1] = torch.tensor([*(tree.tokens[n] for n in path), nxt])
+        accepted = torch.tensor([len(path) for path in paths], dtype=torch.long)
+        # Compact: the path's node at depth i moves to slot start + 1 + i.
+        dst = start[:, None] + 1 + torch.arange(d)  # [B, d]
+        on_path = torch.arange(d)[None, :] < accepted[:, None]
+        cache.move_slots(torch.where(on_path, start[:, None] + index[:, 1:], dst), dst)
+        cache.truncate(start + 1 + accepted)
+        at = index.gather(1, accepted[:, None])[:, 0].to(device)
+        verdict = Verdict(tokens.to(device), accepted.to(device))
+        return verdict, out.hidden[torch.arange(B, device=device), at]
+
+    def _prefill(
+        self, seqs: list[LiveSequence], first_row: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the prompts of rows `first_row..` at once (right-padded); sample each row's
+        first token `[B]`; also return the hidden state it was sampled from `[B, H]`."""
+        tokens, lengths = right_pad([s.prompt_ids for s in seqs], self.model.device)
+        out = self.model(
+            tokens,
+            self._cache,
+            num_new=lengths,
+            logits_at=(lengths - 1)[:, None],
+            first_row=first_row,
+        )
+        probs = self._probs(out.logits, [s.params for s in seqs])
+        draft = Draft.empty(len(seqs), self.model.device)
+        verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
+        last = (lengths - 1).to(self.model.device)
+        return verdict.tokens[:, 0], out.hidden[torch.arange(len(seqs), device=last.device), last]
 
     @staticmethod
     def _probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
@@ -262,12 +467,13 @@ class Engine:
         )
         return flat.view(B, T, V)
 
-    def _completion(self, seq: LiveSequence, started: float) -> Completion:
+    def completion(self, seq: LiveSequence) -> Completion:
+        """The result of a finished (or aborted) request; times count from its arrival."""
         text = self.tokenizer.decode(seq.output_ids, skip_special_tokens=True)
         stats = seq.stats
         stats.generated = len(seq.output_ids)
-        stats.elapsed_s = (seq.finished_at or time.perf_counter()) - started
-        stats.ttft_s = (seq.first_token_at or started) - started
+        stats.elapsed_s = (seq.finished_at or time.perf_counter()) - seq.arrived_at
+        stats.ttft_s = (seq.first_token_at or seq.arrived_at) - seq.arrived_at
         return Completion(
             text=seq.stop.cut(text),
             token_ids=seq.output_ids,
@@ -277,19 +483,23 @@ class Engine:
         )
 
 
-def _conditional_counts(accepted: torch.Tensor, draft: Draft) -> tuple[list[int], list[int]]:
+def _conditional_counts(
+    accepted: torch.Tensor, draft: Draft | TreeDraft
+) -> tuple[list[int], list[int]]:
     """Per draft position i: rows that tested it (all earlier drafts kept, i < length) and
-    rows that kept it; their ratio is the conditional acceptance the window plans with."""
-    positions = torch.arange(draft.k)[None, :]
+    rows that kept it; their ratio is the conditional acceptance the window plans with.
+    For a tree, position i is depth i and a row's length is its deepest path."""
+    k = draft.k if isinstance(draft, Draft) else max(draft.lengths.tolist(), default=0)
+    positions = torch.arange(k)[None, :]
     reached = (accepted[:, None] >= positions) & (positions < draft.lengths[:, None])
     kept = accepted[:, None] > positions
     return reached.sum(0).tolist(), kept.sum(0).tolist()
 
 
-def _drop_finished(live: list[LiveSequence], holders: list) -> None:
-    """Remove finished sequences, moving the last live row into each freed slot of every
-    row holder (the target's cache, the drafter)."""
-    i = 0
+def _drop_finished(live: list[LiveSequence], holders: list, start: int = 0) -> None:
+    """Remove finished sequences (from index `start` on), moving the last live row into
+    each freed slot of every row holder (the target's cache, the drafter)."""
+    i = start
     while i < len(live):
         if not live[i].finished:
             i += 1

@@ -31,3 +31,11 @@ class InvalidParameterError(SpecdecError, ValueError):
 
 class ContextLengthError(SpecdecError, ValueError):
     """A prompt (plus the tokens asked for) that does not fit the model's context."""
+
+
+class DistributedError(SpecdecError):
+    """A tensor-parallel rank failed, died or hung; raised on rank 0 with the reason."""
+
+
+class IncompatibleDraftError(SpecdecError):
+    """A drafter built for another target (hidden size or vocabulary differ)."""

@@ -21,12 +21,20 @@ import torch
 from specdec.acceptors import ACCEPTORS, TokenAcceptor
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
-from specdec.drafters import DraftModelDrafter, NgramDrafter
+from specdec.distributed import (
+    check_tp_split,
+    init_tensor_parallel,
+    reports_failures,
+    shared_seeds,
+    shared_window,
+)
+from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.drafters.draft_model import check_same_tokenizer
 from specdec.engine import Completion, Engine
-from specdec.errors import InvalidParameterError
+from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.loading import load_transformer
 from specdec.models.quant import quantize_int4
+from specdec.speculator.model import is_speculator_dir, load_speculator
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
 MAX_WINDOW = 32
@@ -35,17 +43,29 @@ MAX_WINDOW = 32
 class LLM:
     """A loaded target model plus its tokenizer and, optionally, a drafter.
 
-    draft: None (plain decoding), "ngram" (prompt lookup), or a model name / path sharing
-        the target's tokenizer.
+    draft: None (plain decoding), "ngram" (prompt lookup), a model name / path sharing
+        the target's tokenizer, or a directory of speculator heads trained for this target
+        (`specdec train-speculator`; their config.json says "mlp_speculator").
     speculate: tokens drafted per step (int, 0 = off) or "auto" (chosen each step from the
         measured acceptance and costs, up to `k_max`). Defaults to "auto" with a drafter.
     acceptor: "rejection" (lossless, default), "greedy" (lossless for greedy requests),
         "typical" (lossy), "module:Class" (a user's TokenAcceptor), or an instance.
+    max_len: a fixed KV cache length per sequence (a server's memory budget); None sizes
+        the cache to each batch of requests.
     draft_quant: "int4" (default on CPU) stores the draft model's projections in 4 bits,
         halving a draft step's cost; it changes only q, which the lossless acceptors
         correct, never the output distribution. "none" keeps the draft in `dtype`.
+    tp: tensor-parallel ranks for the target, launched by `torchrun --nproc-per-node tp`;
+        every rank builds the same LLM and calls `generate` with the same prompts.
+    draft_tp: 1 (default: every rank runs the whole draft model, no communication) or
+        `tp` (the draft is sharded like the target).
+    tree: with speculator heads, the top-k per head ("4,3,2" or (4, 3, 2)): each step
+        drafts a candidate tree of the best `n_candidates` paths (default: all), verified
+        in one target pass (`specdec.speculator.tree`); lossless with the rejection and
+        greedy acceptors.
     """
 
+    @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others
     def __init__(
         self,
         model: str,
@@ -58,8 +78,18 @@ class LLM:
         dtype: str = "bf16",
         device: str = "cpu",
         max_batch: int = 8,
+        max_len: int | None = None,
+        tp: int = 1,
+        draft_tp: int = 1,
+        tree: str | Sequence[int] | None = None,
+        n_candidates: int | None = None,
     ) -> None:
         from specdec.models.registry import resolve
+
+        self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
+        if draft_tp not in (1, tp):
+            raise InvalidParameterError(f"draft_tp must be 1 or tp ({tp}), got {draft_tp}")
+        self.draft_tp = draft_tp
 
         window = build_window(
             speculate if speculate is not None else (0 if draft is None else "auto"), k_max
@@ -68,15 +98,39 @@ class LLM:
         path = resolve(model, dtype)
         self.name = model
         self.tokenizer = load_tokenizer(path)
-        self.model = load_transformer(path, dtype, torch.device(device))
+        if self.tp is not None:  # each rank on its own device; refuse bad splits before loading
+            device = self.tp.device
+            check_tp_split(path, draft if draft_tp > 1 else None, dtype, tp)
+        self.model = load_transformer(path, dtype, torch.device(device), tp=self.tp)
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
         if draft_quant not in ("int4", "none"):
             raise InvalidParameterError(f"draft_quant must be int4 or none, got {draft_quant!r}")
+        self.speculator = None
+        self.tree = _parse_tree(tree)
+        self.n_candidates = n_candidates
         factory = self._drafter_factory(draft, dtype, device, draft_quant) if draft else None
+        if self.tree is not None and self.speculator is None:
+            raise InvalidParameterError("--tree needs speculator heads as --draft")
+        tree_nodes = factory(1, 1).max_nodes if self.tree is not None else 0
+        if self.speculator is not None and isinstance(window, AdaptiveWindow):
+            n = self.speculator.config.n_predict  # the heads draft at most n tokens
+            window = AdaptiveWindow(k_max=min(window.k_max, n))
         self.eos_ids = eos_token_ids(path, self.tokenizer)
+        if max_len is not None:  # a server's fixed budget, never past the model's context
+            headroom = max(window.k_max, tree_nodes) + 2
+            max_len = min(max_len, self.model.config.max_position_embeddings + headroom)
+        window = shared_window(window, self.tp)  # rank 0's choice of k on every rank
         self.engine = Engine(
-            self.model, self.tokenizer, self.eos_ids, max_batch, factory, acceptor, window
+            self.model,
+            self.tokenizer,
+            self.eos_ids,
+            max_batch,
+            factory,
+            acceptor,
+            window,
+            max_len=max_len,
+            max_tree_nodes=tree_nodes,
         )
 
     def plain_engine(self) -> Engine:
@@ -86,11 +140,23 @@ class LLM:
     def _drafter_factory(self, draft: str, dtype: str, device: str, quant: str):
         if draft == "ngram":
             return lambda max_batch, max_len: NgramDrafter()
+        if is_speculator_dir(draft):
+            if self.tp is not None:
+                raise InvalidParameterError(
+                    "speculator heads are not supported with --tp > 1 yet; use a draft model "
+                    "or ngram under tensor parallelism"
+                )
+            self.speculator = load_speculator(draft, self.model, self.model.dtype, device)
+            return lambda max_batch, max_len: SpeculatorDrafter(
+                self.speculator, max_batch, device, tree=self.tree, n_candidates=self.n_candidates
+            )
         from specdec.models.registry import resolve
 
         path = resolve(draft, dtype)
         check_same_tokenizer(self.tokenizer, load_tokenizer(path))
-        self.draft_model = load_transformer(path, dtype, torch.device(device))
+        # draft_tp = 1: every rank holds the whole draft and drafts on its own.
+        shard = self.tp if self.draft_tp > 1 else None
+        self.draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
         if quant == "int4":
             quantize_int4(self.draft_model)
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
@@ -101,6 +167,7 @@ class LLM:
     def encode(self, prompt: str, chat: bool = False) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, chat)
 
+    @reports_failures(keep=(SpecdecError,))
     def generate(
         self,
         prompts: str | Sequence[str],
@@ -112,7 +179,27 @@ class LLM:
         if isinstance(prompts, str):
             prompts = [prompts]
         ids = [self.encode(p, chat) for p in prompts]
-        return self.engine.generate(ids, params or SamplingParams())
+        return self.engine.generate(ids, self.spmd_params(params or SamplingParams(), len(ids)))
+
+    def spmd_params(self, params, n: int):
+        """Under tensor parallelism, rank 0's seeds for the `n` requests that have none
+        (every rank must sample alike); `params` unchanged otherwise."""
+        return shared_seeds(params, n, self.tp)
+
+    def close(self) -> None:
+        """Leave the tensor-parallel group if this LLM joined it (no-op for tp = 1)."""
+        if self.tp is not None:
+            self.tp.close()
+
+
+def _parse_tree(tree: str | Sequence[int] | None) -> tuple[int, ...] | None:
+    """ "4,3,2" or (4, 3, 2) -> (4, 3, 2); None stays None."""
+    if tree is None or isinstance(tree, tuple | list):
+        return None if tree is None else tuple(int(k) for k in tree)
+    try:
+        return tuple(int(k) for k in str(tree).split(","))
+    except ValueError:
+        raise InvalidParameterError(f"tree must look like 4,3,2, got {tree!r}") from None
 
 
 def build_window(speculate: int | str, k_max: int = 8) -> FixedWindow | AdaptiveWindow:

@@ -47,11 +47,18 @@ def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
     """Token ids for a prompt, wrapped in the tokenizer's chat template when `chat`."""
     if not chat:
         return tokenizer(prompt)["input_ids"]
+    return encode_chat(tokenizer, [{"role": "user", "content": prompt}])
+
+
+def encode_chat(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of a conversation in the tokenizer's chat template, ready for the
+    assistant's turn."""
     if not tokenizer.chat_template:
         raise InvalidParameterError("this model's tokenizer has no chat template; drop --chat")
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-    )
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except Exception as err:  # noqa: BLE001 - templates raise whatever jinja raises
+        raise InvalidParameterError(f"the chat template rejected the messages: {err}") from err
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

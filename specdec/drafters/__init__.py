@@ -3,5 +3,6 @@
 from specdec.drafters.base import Drafter
 from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.ngram import NgramDrafter
+from specdec.drafters.speculator import SpeculatorDrafter
 
-__all__ = ["DraftModelDrafter", "Drafter", "NgramDrafter"]
+__all__ = ["DraftModelDrafter", "Drafter", "NgramDrafter", "SpeculatorDrafter"]

@@ -6,9 +6,19 @@ has a history of committed tokens whose last token is not yet in any KV cache.
 
 - `admit(histories)`: new rows appended after the current ones, each with its history.
 - `propose(k, params, generators) -> Draft`: up to k tokens per row continuing the history.
+  The engine may shorten a row's draft afterwards (`Draft.lengths`, e.g. near max_tokens);
+  `commit` then reports at most that many accepted. A drafter may instead return a
+  `TreeDraft` (`specdec.speculator.tree`) of up to k levels: candidate continuations the
+  engine verifies in one pass; the accepted tokens then form one of its paths, so a tree
+  drafter must not need to know which (speculator heads only need `next_tokens`).
 - `commit(num_accepted [B], next_tokens [B])`: the target kept the first num_accepted
-  draft tokens and added next_tokens; roll back whatever else was drafted.
+  draft tokens (of a tree: along the accepted path) and added next_tokens; roll back
+  whatever else was drafted.
 - `move_row(src, dst)` / `reset_row(row)`: the engine repacks rows when sequences finish.
+- optional `observe(hidden [B, H], first_row=0)`: a drafter that has it gets the target's
+  final-normed hidden state at each row's last cached position (the state the row's last
+  committed token was sampled from), after the prefill of admitted rows (rows first_row..)
+  and after every verify pass (all rows, following `commit`). Speculator heads use it.
 """
 
 from __future__ import annotations

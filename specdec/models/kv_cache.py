@@ -68,6 +68,19 @@ class KVCache:
             raise ValueError("truncate can only shorten rows")
         self.lengths[:rows] = lengths
 
+    def move_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy K/V of slots `src [B, m]` to slots `dst [B, m]` in rows 0..B-1 (all layers),
+        reading every source before writing: how a verified tree is compacted to its
+        accepted path. Entries with src == dst are no-ops (use them as padding)."""
+        if src.numel() == 0:
+            return
+        device = self.k[0].device
+        rows = torch.arange(src.shape[0], device=device)[:, None]
+        src, dst = src.to(device), dst.to(device)
+        for k, v in zip(self.k, self.v, strict=True):
+            k[rows, :, dst] = k[rows, :, src]  # [B, m, Hkv, D]
+            v[rows, :, dst] = v[rows, :, src]
+
     def reset_row(self, row: int) -> None:
         self.lengths[row] = 0
 

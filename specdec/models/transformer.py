@@ -174,6 +174,7 @@ class Transformer(nn.Module):
         num_new: torch.Tensor | None = None,  # [B] host int64: valid tokens per row (<= T)
         logits_at: torch.Tensor | None = None,  # [B, n] positions in T to compute logits for
         first_row: int = 0,
+        tree: tuple[torch.Tensor, torch.Tensor] | None = None,  # [B, T], [B, T, T] host
     ) -> ForwardOutput:
         """Append `tokens` to each row's cache and return logits and hidden states.
 
@@ -185,6 +186,13 @@ class Transformer(nn.Module):
         by `num_new`; callers roll back with `cache.truncate`. Logits are computed only at
         `logits_at` (all positions when None) because the vocabulary head dominates the
         cost of a prefill.
+
+        `tree = (offsets, visible)` verifies a token tree instead of a chain: new token t
+        still goes to cache slot `lengths[b] + t`, but its position (RoPE) is
+        `lengths[b] + offsets[b, t]` and it attends to the committed prefix and to the new
+        tokens j with `visible[b, t, j]` (itself and its ancestors). Positions are shared
+        between siblings, so the slots of an accepted path must be compacted afterwards
+        (`KVCache.move_slots`) before the cache is truncated to it.
         """
         B, T = tokens.shape
         if num_new is None:
@@ -193,10 +201,16 @@ class Transformer(nn.Module):
         cache.reserve(num_new, rows)
         lengths = cache.lengths[rows]  # [B] host
         offsets = torch.arange(T)
-        positions = lengths[:, None] + offsets  # [B, T] host
-        slots = torch.where(offsets < num_new[:, None], positions, cache.scratch_slot)
+        slots = lengths[:, None] + offsets  # [B, T] host
+        slots = torch.where(offsets < num_new[:, None], slots, cache.scratch_slot)
         span = int((lengths + num_new).max())
-        mask = self._attention_mask(lengths, positions, span, ragged=bool((num_new < T).any()))
+        if tree is None:
+            positions = lengths[:, None] + offsets  # [B, T] host
+            ragged = bool((num_new < T).any())
+            mask = self._attention_mask(lengths, positions, span, ragged=ragged)
+        else:
+            positions = lengths[:, None] + tree[0]
+            mask = self._tree_mask(lengths, tree[0], tree[1], span)
 
         device = self.device
         positions_d = positions.to(device, non_blocking=True)
@@ -235,6 +249,25 @@ class Transformer(nn.Module):
         mask = keys[None, None, :] <= positions[:, :, None]  # [B, T, span]
         if window is not None:
             mask &= keys[None, None, :] > positions[:, :, None] - window
+        return mask[:, None]
+
+    def _tree_mask(
+        self, lengths: torch.Tensor, offsets: torch.Tensor, visible: torch.Tensor, span: int
+    ) -> torch.Tensor:
+        """`[B, 1, T, span]`: the committed prefix, plus the new tokens `visible [B, T, T]`
+        marks (stored at slots `lengths + j`); the sliding window counts RoPE positions."""
+        T = offsets.shape[1]
+        keys = torch.arange(span)[None, :]  # [1, span]
+        new = keys - lengths[:, None]  # [B, span]: index among the new tokens
+        is_new = (new >= 0) & (new < T)
+        index = new.clamp(0, T - 1)
+        tree = visible.gather(2, index[:, None, :].expand(-1, T, -1)) & is_new[:, None, :]
+        mask = (keys < lengths[:, None])[:, None, :] | tree  # [B, T, span]
+        window = self.config.sliding_window
+        if window is not None:
+            key_pos = torch.where(is_new, lengths[:, None] + offsets.gather(1, index), keys)
+            positions = lengths[:, None] + offsets  # [B, T]
+            mask &= key_pos[:, None, :] > positions[:, :, None] - window
         return mask[:, None]
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,6 +11,7 @@ draw the same first token (the prefill is plain sampling in both), and the sampl
 be independent. A biased acceptor in the same engine fails the same test.
 """
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -33,12 +34,14 @@ PASS, FAIL = 1e-3, 1e-6
 SHARPEN = 15.0  # lm_head scale: logits with std ~2.4 instead of ~0.16
 NOISE = 0.15  # draft weights = target weights + NOISE * std(weight) * N(0, 1)
 
+# The engine drafts at most max_tokens - 1 - (tokens so far) per row, so a 3-token request
+# speculates one draft token (plus the bonus) after the prefill's first token.
 CASES = {
-    "top-k 4, 2 tokens": dict(top_k=4, max_tokens=2),
-    "t 0.7, top-p 0.9, 2 tokens": dict(temperature=0.7, top_p=0.9, max_tokens=2),
-    # Three tokens: some requests take a second speculative step after a rejection, which
+    "top-k 4, 3 tokens": dict(top_k=4, max_tokens=3),
+    "t 0.7, top-p 0.9, 3 tokens": dict(temperature=0.7, top_p=0.9, max_tokens=3),
+    # Four tokens: some requests take a second speculative step after a rejection, which
     # exercises the draft model's rollback and pending tokens.
-    "top-k 3, 3 tokens": dict(top_k=3, max_tokens=3),
+    "top-k 3, 4 tokens": dict(top_k=3, max_tokens=4),
 }
 
 
@@ -60,9 +63,9 @@ def models():
     return native_from_hf(target), native_from_hf(draft)
 
 
-def sequences(engine: Engine, sampling: dict, first_seed: int) -> Counter:
-    params = [SamplingParams(seed=first_seed + i, ignore_eos=True, **sampling) for i in range(N)]
-    out = engine.generate([PROMPT] * N, params)
+def sequences(engine: Engine, sampling: dict, first_seed: int, n: int = N) -> Counter:
+    params = [SamplingParams(seed=first_seed + i, ignore_eos=True, **sampling) for i in range(n)]
+    out = engine.generate([PROMPT] * n, params)
     assert all(len(c.token_ids) == sampling["max_tokens"] for c in out)
     counts = Counter(tuple(c.token_ids) for c in out)
     drafted = sum(c.stats.drafted for c in out)
@@ -122,7 +125,7 @@ def test_speculative_sampling_matches_plain_sampling(models, tokenizer, plain_co
     assert value > PASS
     assert 0.2 < spec["acceptance"] < 0.8  # both the accept and the residual paths are taken
     if name.startswith("top-k 4"):
-        assert len(set(plain) | set(spec)) - 1 <= 16
+        assert len(set(plain) | set(spec)) - 1 <= 4**3
 
 
 # ---- a biased acceptor in the same engine fails the same test --------------------------
@@ -167,9 +170,9 @@ class AlwaysAcceptLossy:
 @pytest.mark.parametrize(
     "acceptor,name",
     [
-        (ResampleFromPLossy, "top-k 4, 2 tokens"),
-        (ResampleFromPLossy, "t 0.7, top-p 0.9, 2 tokens"),
-        (AlwaysAcceptLossy, "top-k 4, 2 tokens"),
+        (ResampleFromPLossy, "top-k 4, 3 tokens"),
+        (ResampleFromPLossy, "t 0.7, top-p 0.9, 3 tokens"),
+        (AlwaysAcceptLossy, "top-k 4, 3 tokens"),
     ],
 )
 def test_biased_acceptor_fails(models, tokenizer, plain_counts, acceptor, name):
@@ -177,4 +180,133 @@ def test_biased_acceptor_fails(models, tokenizer, plain_counts, acceptor, name):
     spec = sequences(spec_engine(target, draft, tokenizer, acceptor()), CASES[name], N)
     value = homogeneity(plain_counts(name), spec)
     print(acceptor.__name__, name, f"p = {value:.3g}")
+    assert value < FAIL
+
+
+# ---- candidate trees: recursive rejection sampling over several children ----------------
+
+TREE_CASE = "top-k 3, 4 tokens"
+N_TREE = N // 2  # requests per tree arm (against the plain arm's N): keeps the suite quick
+
+
+class OracleTreeHeads:
+    """Speculator heads for `SpeculatorDrafter(tree=...)` that draft with the noisy draft
+    model: they find the history from the target state `observe` gave them (every prefix
+    a top-3 sampler can reach is tabulated, so a state from a wrongly compacted cache
+    fails), then take the draft model's top-k at every level. Deterministic in the
+    history, as real heads are."""
+
+    def __init__(self, target, draft):
+        from specdec.speculator import SpeculatorConfig
+        from specdec.speculator.train import TargetStates
+
+        self.config = SpeculatorConfig(2, 64, 64, 97, 97)
+        self.proj = [torch.nn.Linear(1, 1)]
+        self.draft = draft
+        self._topk: dict[tuple[int, ...], torch.Tensor] = {}
+        prefixes = [tuple(PROMPT)]
+        for _ in range(3):
+            prefixes = [
+                p + (t,) for p in prefixes for t in self._logp(target, p).topk(3)[1].tolist()
+            ]
+        states, self.prefixes = TargetStates(target), []
+        rows = []
+        for seq in prefixes:
+            h = states(torch.tensor([seq]))[0]  # [S, E]
+            for pos in range(len(PROMPT) - 1, len(seq)):
+                rows.append(h[pos])
+                self.prefixes.append(seq[: pos + 1])
+        self.states = torch.stack(rows)
+
+    @staticmethod
+    @torch.inference_mode()
+    def _logp(model, context) -> torch.Tensor:
+        cache = model.new_cache(1, 16)
+        logits = model(torch.tensor([list(context)]), cache).logits[0, -1]
+        return torch.log_softmax(logits, -1)
+
+    def _draft_topk(self, context, k):
+        if context not in self._topk:
+            self._topk[context] = self._logp(self.draft, context).topk(4)
+        values, ids = self._topk[context]
+        return values[:k].tolist(), [int(t) for t in ids[:k]]
+
+    def propose_tree(self, hidden, last, topk):
+        B, P = len(hidden), math.prod(topk)
+        paths = torch.zeros(B, P, len(topk), dtype=torch.long)
+        scores = torch.zeros(B, P)
+        dist = (hidden.float()[:, None] - self.states[None]).norm(dim=-1)  # [B, S]
+        for b in range(B):
+            found = int(dist[b].argmin())
+            assert float(dist[b, found]) < 1e-4, "observe() gave a state of no reachable prefix"
+            rows = [((*self.prefixes[found], int(last[b])), (), 0.0)]
+            for k in topk:
+                rows = [
+                    (ctx + (t,), path + (t,), score + lp)
+                    for ctx, path, score in rows
+                    for lp, t in zip(*self._draft_topk(ctx, k), strict=True)
+                ]
+            paths[b] = torch.tensor([path for _, path, _ in rows])
+            scores[b] = torch.tensor([score for _, _, score in rows])
+        return paths, scores
+
+
+def tree_engine(target, draft, tokenizer, tree_acceptor=None) -> Engine:
+    from specdec.drafters import SpeculatorDrafter
+
+    heads = OracleTreeHeads(target, draft)
+    return Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=MAX_BATCH,
+        drafter_factory=lambda b, n: SpeculatorDrafter(heads, b, tree=(3, 2), n_candidates=4),
+        window=FixedWindow(2),
+        max_tree_nodes=8,
+        tree_acceptor=tree_acceptor,
+    )
+
+
+class IndependentChildrenLossy:
+    """Tests each child with its own p (no residual after a rejected sibling) and, when all
+    are rejected, samples from p instead of the residual: the natural mistake."""
+
+    lossless = False
+
+    def __call__(self, trees, probs, greedy, generators):
+        paths, nexts = [], []
+        for b, (tree, g) in enumerate(zip(trees, generators, strict=True)):
+            node, path = -1, []
+            while True:
+                p = probs[b, node + 1]
+                children = [i for i, q in enumerate(tree.parents) if q == node]
+                chosen = next(
+                    (c for c in children if float(torch.rand(1, generator=g)) < p[tree.tokens[c]]),
+                    None,
+                )
+                if chosen is None:
+                    break
+                path.append(chosen)
+                node = chosen
+            paths.append(path)
+            nexts.append(int(torch.multinomial(probs[b, node + 1], 1, generator=g)))
+        return paths, nexts
+
+
+def test_tree_sampling_matches_plain_sampling(models, tokenizer, plain_counts):
+    target, draft = models
+    spec = sequences(tree_engine(target, draft, tokenizer), CASES[TREE_CASE], N, N_TREE)
+    value = homogeneity(plain_counts(TREE_CASE), spec)
+    print("tree", f"p = {value:.3g}", f"acc {spec['acceptance']}")
+    assert value > PASS
+    # Depth-2 trees, of which the engine verifies what max_tokens leaves (drafted counts
+    # the deepest path): both acceptance and the residual are frequent.
+    assert 0.3 < spec["acceptance"] < 0.8
+
+
+def test_biased_tree_rule_fails(models, tokenizer, plain_counts):
+    target, draft = models
+    engine = tree_engine(target, draft, tokenizer, IndependentChildrenLossy())
+    value = homogeneity(plain_counts(TREE_CASE), sequences(engine, CASES[TREE_CASE], N, N_TREE))
+    print("IndependentChildrenLossy", f"p = {value:.3g}")
     assert value < FAIL

@@ -122,7 +122,7 @@ def test_speculative_json_has_spec_metrics_and_matches_plain(model_dir, capsys):
         "fp32",
         "--json",
         "--max-tokens",
-        "12",
+        "13",  # 1 from the prefill + 3 full steps of 3 drafts + 1
         "--ignore-eos",
         "def f(",
     ]

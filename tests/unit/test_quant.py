@@ -11,7 +11,7 @@ from tiny import hf_tiny, native_from_hf
 def test_int4_linear_is_close_and_exact_on_a_4bit_grid(dtype):
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48, bias=True).to(dtype)
-    x = torch.randn(3, 5, 64, dtype=dtype)
+    x = torch.randn(2, 3, 64, dtype=dtype)  # 6 rows: the int4 kernel's regime
     ref = linear(x).float()
     rel = (Int4Linear(linear)(x).float() - ref).norm() / ref.norm()
     assert rel < 0.15
@@ -23,6 +23,18 @@ def test_int4_linear_is_close_and_exact_on_a_4bit_grid(dtype):
         linear.weight.copy_(grid.to(dtype))
     exact = (Int4Linear(linear)(x).float() - linear(x).float()).abs().max()
     assert exact < (1e-4 if dtype == torch.float32 else 0.05)
+
+
+def test_many_rows_take_the_dense_weights():
+    """A prefill's many rows go through the original weights (the int4 kernel is slow
+    there); a decode step's few rows through the int4 kernel."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48).to(torch.bfloat16)
+    q = Int4Linear(linear)
+    many = torch.randn(4, 5, 64, dtype=torch.bfloat16)
+    few = many[:1, :3]
+    assert torch.equal(q(many), linear(many))
+    assert not torch.equal(q(few), linear(few))
 
 
 def test_quantize_int4_model_skips_unsupported_shapes():

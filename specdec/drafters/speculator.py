@@ -1,0 +1,111 @@
+"""Trained MLP speculator heads as a drafter (see `specdec.speculator.model`).
+
+Per row the drafter keeps two things: the target's final hidden state at the last position
+in the target's KV cache (given by the engine through `observe` after every prefill and
+verify pass) and the token sampled from that state, the last of the committed history
+(given by `admit` and `commit`). From those it proposes a chain of up to n tokens, greedy
+top-1 per head. The proposal is a deterministic function of the committed history, so q is
+one-hot (`probs` None) and the lossless acceptors stay lossless, at any temperature.
+
+With `tree=(4, 3, 2)` it proposes a candidate tree (`TreeDraft`, see
+`specdec.speculator.tree`) instead: all combinations of the top-k of each head, the best
+`n_candidates` by summed log-probability, merged on shared prefixes; the engine verifies it
+in one target pass, losslessly at any temperature (`TreeWalkSampler`: the argmax walk for
+greedy rows, recursive rejection sampling over the children for rows that sample).
+`sampled_tree=False` gives sampling rows only the best path (a chain) instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from specdec.acceptors import Draft
+from specdec.errors import InvalidParameterError
+from specdec.speculator.tree import TokenTree, TreeDraft, select_paths
+
+
+class SpeculatorDrafter:
+    def __init__(
+        self,
+        speculator,
+        max_batch: int,
+        device: torch.device | str = "cpu",
+        tree: tuple[int, ...] | None = None,
+        n_candidates: int | None = None,
+        sampled_tree: bool = True,
+    ) -> None:
+        self.speculator = speculator
+        cfg = speculator.config
+        self.n_predict = cfg.n_predict
+        if tree is not None:
+            tree = tuple(int(t) for t in tree)
+            if not tree or min(tree) < 1 or len(tree) > cfg.n_predict:
+                raise InvalidParameterError(
+                    f"tree needs 1..{cfg.n_predict} top-k sizes >= 1 (one per head), got {tree}"
+                )
+            n_candidates = n_candidates or math.prod(tree)
+            if n_candidates < 1:
+                raise InvalidParameterError(f"n_candidates must be >= 1, got {n_candidates}")
+        self.tree = tree
+        self.n_candidates = n_candidates
+        self.sampled_tree = sampled_tree
+        dtype = speculator.proj[0].weight.dtype
+        self.hidden = torch.zeros(max_batch, cfg.emb_dim, dtype=dtype, device=device)  # [B, E]
+        self.last = torch.zeros(max_batch, dtype=torch.long, device=device)  # [B]
+        self.rows = 0
+
+    def admit(self, histories: Sequence[Sequence[int]]) -> None:
+        """New rows; their hidden states arrive through `observe(hidden, first_row)`."""
+        start, self.rows = self.rows, self.rows + len(histories)
+        self.last[start : self.rows] = torch.tensor([h[-1] for h in histories])
+
+    def observe(self, hidden: torch.Tensor, first_row: int = 0) -> None:
+        """The target's final-normed state `[B, E]` at the last cached position of rows
+        `first_row ..` (the state the last committed token was sampled from)."""
+        self.hidden[first_row : first_row + len(hidden)] = hidden
+
+    @property
+    def max_nodes(self) -> int:
+        """The most tree nodes one row can propose (0 in chain mode)."""
+        if self.tree is None:
+            return 0
+        # Level i holds at most prod(tree[:i+1]) nodes and at most one per kept path.
+        return sum(
+            min(self.n_candidates, math.prod(self.tree[: i + 1])) for i in range(len(self.tree))
+        )
+
+    def propose(self, k, params, generators) -> Draft | TreeDraft:
+        n = min(k, self.n_predict)
+        B = self.rows
+        if n == 0:
+            return Draft.empty(B, self.hidden.device)
+        if self.tree is not None:
+            return self._propose_tree(n, params)
+        tokens = self.speculator.propose_greedy(self.hidden[:B], self.last[:B], n)  # [B, n]
+        return Draft(tokens, None, torch.full((B,), n, dtype=torch.long))
+
+    def _propose_tree(self, n: int, params) -> TreeDraft:
+        topk = self.tree[:n]
+        B = self.rows
+        paths, scores = self.speculator.propose_tree(self.hidden[:B], self.last[:B], topk)
+        paths, scores = paths.cpu(), scores.cpu()
+        trees = []
+        for b in range(B):
+            keep = self.n_candidates if params[b].greedy or self.sampled_tree else 1
+            trees.append(TokenTree.from_paths(select_paths(paths[b], scores[b], keep)))
+        return TreeDraft.from_trees(trees, self.hidden.device)
+
+    def commit(self, num_accepted, next_tokens) -> None:
+        self.last[: self.rows] = next_tokens.to(self.last.device)
+
+    def move_row(self, src: int, dst: int) -> None:
+        self.hidden[dst] = self.hidden[src]
+        self.last[dst] = self.last[src]
+        self.reset_row(src)
+
+    def reset_row(self, row: int) -> None:
+        if row == self.rows - 1:
+            self.rows -= 1

@@ -1,0 +1,366 @@
+"""The OpenAI-compatible HTTP server: FastAPI routes over an `AsyncEngine`.
+
+Every failure reaches the client as an OpenAI error body with the right status; nothing a
+client sends can take the server down. A streaming client that disconnects cancels its
+request, and its batch row is freed at the next engine step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from specdec.engine import Completion, Engine
+from specdec.errors import ContextLengthError, SpecdecError
+from specdec.metrics import SpecStats
+from specdec.serving.async_engine import AsyncEngine, Event, QueueFullError, RequestHandle
+from specdec.serving.detokenizer import IncrementalDetokenizer
+from specdec.serving.metrics import ServerMetrics
+from specdec.serving.protocol import (
+    ERROR_TYPES,
+    ChatCompletionRequest,
+    CompletionRequest,
+    error_body,
+    new_id,
+    now,
+    usage,
+)
+from specdec.tokenization import encode_chat
+
+log = logging.getLogger("specdec.serve")
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code=None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+class EngineFailed(Exception):
+    pass
+
+
+def _error_response(status: int, message: str, param=None, code=None) -> JSONResponse:
+    type_ = ERROR_TYPES.get(status, "invalid_request_error")
+    return JSONResponse(error_body(message, type_, param, code), status_code=status)
+
+
+def build_app(
+    engine: Engine,
+    model_name: str,
+    *,
+    api_key: str | None = None,
+    max_queue: int = 256,
+    sync: Callable[[list | None], list] | None = None,
+) -> FastAPI:
+    """The server for one engine; `model_name` is the id clients must ask for. `sync`
+    shares each step's commands with the other ranks under tensor parallelism."""
+    metrics = ServerMetrics()
+    runner = AsyncEngine(engine, metrics, max_queue, sync)
+    tokenizer = engine.tokenizer
+    vocab_size = len(tokenizer)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        runner.start(asyncio.get_running_loop())
+        yield
+        runner.stop()
+
+    app = FastAPI(title="specdec", lifespan=lifespan)
+    app.state.runner = runner
+
+    # ---- errors --------------------------------------------------------------------------
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, err: APIError):
+        metrics.rejected.labels(str(err.status)).inc()
+        return _error_response(err.status, err.message, err.param, err.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError):
+        metrics.rejected.labels("400").inc()
+        first = err.errors()[0] if err.errors() else {}
+        loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+        if first.get("type") == "json_invalid":
+            return _error_response(400, f"the body is not valid JSON: {first.get('msg')}")
+        where = ".".join(loc) or "body"
+        message = f"{where}: {first.get('msg', 'invalid request')}"
+        return _error_response(400, message, param=loc[0] if loc else None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, err: StarletteHTTPException):
+        metrics.rejected.labels(str(err.status_code)).inc()
+        return _error_response(err.status_code, str(err.detail))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, err: Exception):
+        log.exception("unexpected error")
+        metrics.rejected.labels("500").inc()
+        return _error_response(500, f"internal error: {type(err).__name__}")
+
+    # ---- checks shared by the endpoints ---------------------------------------------------
+
+    async def authorize(request: Request) -> None:
+        if api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if not header:
+            raise APIError(401, "missing API key: send 'Authorization: Bearer KEY'")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), api_key):
+            raise APIError(401, "invalid API key", code="invalid_api_key")
+
+    def check_request(req: CompletionRequest | ChatCompletionRequest) -> None:
+        if req.model != model_name:
+            raise APIError(
+                404,
+                f"the model '{req.model}' does not exist; this server serves '{model_name}'",
+                param="model",
+                code="model_not_found",
+            )
+        if bad := req.unsupported():
+            raise APIError(400, f"{bad} is not supported by this server", param=bad)
+
+    def limit_for(prompt_ids: list[int]) -> int:
+        """Most new tokens a prompt leaves room for."""
+        ctx = engine.context_length
+        if engine.max_len is not None:
+            ctx = min(ctx, engine.max_len - engine.headroom)
+        return ctx - len(prompt_ids)
+
+    def plan(req, prompts: list[list[int]], max_tokens: int | None):
+        """(prompt ids, SamplingParams) per choice; choice i of prompt j has index j*n + i."""
+        items = []
+        for ids in prompts:
+            if any(t >= vocab_size for t in ids):
+                raise APIError(400, f"prompt token ids must be < {vocab_size}", param="prompt")
+            wanted = max_tokens if max_tokens is not None else max(limit_for(ids), 1)
+            for i in range(req.n):
+                try:
+                    items.append((ids, req.sampling_params(wanted, i)))
+                except SpecdecError as err:
+                    raise APIError(400, str(err)) from err
+        return items
+
+    def submit(items, request_id: str):
+        try:
+            return runner.submit(items, request_id)
+        except ContextLengthError as err:
+            raise APIError(400, str(err), code="context_length_exceeded") from err
+        except SpecdecError as err:
+            raise APIError(400, str(err)) from err
+        except QueueFullError as err:
+            raise APIError(429, str(err), code="queue_full") from err
+
+    # ---- routes --------------------------------------------------------------------------
+
+    @app.get("/health")
+    async def health():
+        if not runner.alive:
+            return _error_response(503, "the engine thread is not running")
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def prometheus():
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models", dependencies=[Depends(authorize)])
+    async def models():
+        card = {"id": model_name, "object": "model", "created": now(), "owned_by": "specdec"}
+        card["max_model_len"] = limit_for([])
+        return {"object": "list", "data": [card]}
+
+    @app.post("/v1/completions", dependencies=[Depends(authorize)])
+    async def completions(req: CompletionRequest, request: Request):
+        check_request(req)
+        prompts = _completion_prompts(req.prompt, tokenizer)
+        items = plan(req, prompts, req.max_tokens)
+        handles, events = submit(items, new_id("cmpl"))
+        rid, created = handles[0].request_id, now()
+        prompt_texts = [tokenizer.decode(ids) for ids in prompts] if req.echo else None
+
+        def chunk(index: int, text: str, finish: str | None) -> dict:
+            choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+            return _envelope(rid, "text_completion", created, model_name, [choice])
+
+        if req.stream:
+            prefix = (lambda i: prompt_texts[i // req.n]) if req.echo else None
+            body = _stream(runner, handles, events, tokenizer, chunk, req, prompts, prefix)
+            return _sse(body)
+        done = await _collect(runner, handles, events, request)
+        choices = [
+            {
+                "index": i,
+                "text": (prompt_texts[i // req.n] if req.echo else "") + c.text,
+                "logprobs": None,
+                "finish_reason": _finish(c),
+            }
+            for i, c in enumerate(done)
+        ]
+        body = _envelope(rid, "text_completion", created, model_name, choices)
+        body["usage"] = _usage(prompts, req.n, done)
+        return body
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
+    async def chat_completions(req: ChatCompletionRequest, request: Request):
+        check_request(req)
+        if req.tools:
+            raise APIError(400, "tools are not supported by this server", param="tools")
+        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        try:
+            prompt = encode_chat(tokenizer, messages)
+        except SpecdecError as err:
+            raise APIError(400, str(err), param="messages") from err
+        items = plan(req, [prompt], req.requested_max_tokens)
+        handles, events = submit(items, new_id("chatcmpl"))
+        rid, created = handles[0].request_id, now()
+
+        def chunk(index: int, text: str, finish: str | None) -> dict:
+            delta = {"content": text} if text or finish is None else {}
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return _envelope(rid, "chat.completion.chunk", created, model_name, [choice])
+
+        if req.stream:
+
+            def opening(i):  # the role comes first, in its own chunk
+                body = chunk(i, "", None)
+                body["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+                return body
+
+            body = _stream(runner, handles, events, tokenizer, chunk, req, [prompt], None, opening)
+            return _sse(body)
+        done = await _collect(runner, handles, events, request)
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": None,
+                "finish_reason": _finish(c),
+            }
+            for i, c in enumerate(done)
+        ]
+        body = _envelope(rid, "chat.completion", created, model_name, choices)
+        body["usage"] = _usage([prompt], req.n, done)
+        return body
+
+    return app
+
+
+def _completion_prompts(prompt, tokenizer) -> list[list[int]]:
+    """OpenAI's four prompt shapes -> token ids per prompt."""
+    if isinstance(prompt, str):
+        return [tokenizer(prompt)["input_ids"]]
+    if not prompt:
+        raise APIError(400, "prompt must not be an empty list", param="prompt")
+    if isinstance(prompt[0], int):
+        return [list(prompt)]
+    if isinstance(prompt[0], str):
+        return [tokenizer(p)["input_ids"] for p in prompt]
+    return [list(p) for p in prompt]
+
+
+def _envelope(rid: str, obj: str, created: int, model: str, choices: list) -> dict:
+    return {"id": rid, "object": obj, "created": created, "model": model, "choices": choices}
+
+
+def _finish(c: Completion) -> str:
+    return "length" if c.finish_reason == "length" else "stop"
+
+
+def _usage(prompts: list[list[int]], n: int, done: list[Completion]) -> dict:
+    stats = sum((c.stats for c in done), SpecStats())
+    completion_tokens = sum(c.num_generated for c in done)
+    return usage(sum(len(p) for p in prompts), completion_tokens, stats)
+
+
+async def _collect(
+    runner: AsyncEngine, handles: list[RequestHandle], events: asyncio.Queue, request: Request
+) -> list[Completion]:
+    """Wait for every choice; abort them if the client disconnects meanwhile."""
+    done: dict[int, Completion] = {}
+    try:
+        while len(done) < len(handles):
+            try:
+                event: Event = await asyncio.wait_for(events.get(), timeout=1.0)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    raise APIError(499, "client disconnected") from None
+                continue
+            if event.error:
+                raise APIError(500, event.error)
+            if event.completion is not None:
+                done[event.index] = event.completion
+                handles[event.index].done = True
+    finally:
+        runner.abort(handles)
+    return [done[i] for i in range(len(handles))]
+
+
+async def _stream(
+    runner: AsyncEngine,
+    handles: list[RequestHandle],
+    events: asyncio.Queue,
+    tokenizer,
+    chunk: Callable[[int, str, str | None], dict],
+    req,
+    prompts: list[list[int]],
+    echo: Callable[[int], str] | None,
+    opening: Callable[[int], dict] | None = None,
+) -> AsyncIterator[str]:
+    """Server-sent events: text deltas per choice as the engine produces them, a final chunk
+    with the finish reason, the usage chunk when asked, then [DONE]. Leaving early (the
+    client went away) aborts whatever is unfinished."""
+    detoks = [IncrementalDetokenizer(tokenizer, h.params.stop) for h in handles]
+    finished: dict[int, Completion] = {}
+    try:
+        for i in range(len(handles)):
+            if opening is not None:
+                yield _data(opening(i))
+            if echo is not None:
+                yield _data(chunk(i, echo(i), None))
+        while len(finished) < len(handles):
+            event: Event = await events.get()
+            if event.error:
+                yield _data(error_body(event.error, "server_error"))
+                break
+            detok = detoks[event.index]
+            if event.completion is None:
+                text = detok.delta(event.token_ids)
+                if text:
+                    yield _data(chunk(event.index, text, None))
+                continue
+            finished[event.index] = event.completion
+            handles[event.index].done = True
+            text = detok.finish(event.token_ids)
+            if text:
+                yield _data(chunk(event.index, text, None))
+            yield _data(chunk(event.index, "", _finish(event.completion)))
+        else:
+            if req.include_usage:
+                done = [finished[i] for i in range(len(handles))]
+                body = chunk(0, "", None)
+                body["choices"] = []
+                body["usage"] = _usage(prompts, req.n, done)
+                yield _data(body)
+        yield "data: [DONE]\n\n"
+    finally:
+        runner.abort(handles)
+
+
+def _data(body: dict) -> str:
+    return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
+
+
+def _sse(body: AsyncIterator[str]) -> StreamingResponse:
+    return StreamingResponse(
+        body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )

