@@ -75,9 +75,7 @@ class CostModel:
     draft_step_s: dict[int, float] = field(default_factory=dict)  # rows -> s per draft token
 
     @classmethod
-    def measured(
-        cls, rows: int, verify_curve: dict[int, float], draft_step_s: float
-    ) -> CostModel:
+    def measured(cls, rows: int, verify_curve: dict[int, float], draft_step_s: float) -> CostModel:
         """Costs measured up front at one batch size (the benchmarks' way): `verify_curve`
         maps k to the seconds of a pass of k+1 tokens per row (k = 0 is a plain step),
         `draft_step_s` is one draft token per row (0 for a free drafter such as n-gram)."""
