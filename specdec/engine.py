@@ -26,7 +26,7 @@ from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.metrics import SpecStats
 from specdec.models.kv_cache import KVCache
 from specdec.models.transformer import Transformer, right_pad
-from specdec.sampling import make_generator, param_tensors, probs_from_logits
+from specdec.sampling import make_generator, request_probs
 from specdec.speculator.tree import TreeDraft, TreeWalkSampler
 from specdec.tokenization import StopChecker
 
@@ -391,7 +391,7 @@ class Engine:
         out = self.model(
             torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
         )
-        target_probs = self._probs(out.logits, params)  # [B, k+1, V]
+        target_probs = request_probs(out.logits, params)  # [B, k+1, V]
         verdict = self.acceptor(draft, target_probs, generators)
         cache.truncate(start + 1 + verdict.num_accepted.cpu())
         return verdict, out.hidden[torch.arange(B, device=device), verdict.num_accepted]
@@ -417,7 +417,7 @@ class Engine:
         if all(greedy) and type(self.tree_acceptor) is TreeWalkSampler:
             probs = out.logits  # the walk takes only argmaxes: skip the softmax over 1+N rows
         else:
-            probs = self._probs(out.logits, params)  # [B, 1+N, V]
+            probs = request_probs(out.logits, params)  # [B, 1+N, V]
         paths, nexts = self.tree_acceptor(draft.trees, probs, greedy, generators)
         d = max(len(path) for path in paths)
         index = torch.zeros(B, 1 + d, dtype=torch.long)  # [B, 1+d]: root, then path nodes
@@ -448,24 +448,11 @@ class Engine:
             logits_at=(lengths - 1)[:, None],
             first_row=first_row,
         )
-        probs = self._probs(out.logits, [s.params for s in seqs])
+        probs = request_probs(out.logits, [s.params for s in seqs])
         draft = Draft.empty(len(seqs), self.model.device)
         verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
         last = (lengths - 1).to(self.model.device)
         return verdict.tokens[:, 0], out.hidden[torch.arange(len(seqs), device=last.device), last]
-
-    @staticmethod
-    def _probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-        """The request's transform applied at every position: `[B, T, V]` -> `[B, T, V]`."""
-        B, T, V = logits.shape
-        temperature, top_k, top_p = param_tensors(params, logits.device)
-        flat = probs_from_logits(
-            logits.reshape(B * T, V),
-            temperature.repeat_interleave(T),
-            top_k.repeat_interleave(T),
-            top_p.repeat_interleave(T),
-        )
-        return flat.view(B, T, V)
 
     def completion(self, seq: LiveSequence) -> Completion:
         """The result of a finished (or aborted) request; times count from its arrival."""

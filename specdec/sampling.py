@@ -76,6 +76,20 @@ def param_tensors(
     return temperature.to(device), top_k.to(device), top_p.to(device)
 
 
+def request_probs(logits: torch.Tensor, params: Sequence[SamplingParams]) -> torch.Tensor:
+    """Each row's request transform applied at every position: `[B, T, V]` -> `[B, T, V]`
+    (row b under `params[b]`)."""
+    B, T, V = logits.shape
+    temperature, top_k, top_p = param_tensors(params, logits.device)
+    flat = probs_from_logits(
+        logits.reshape(B * T, V),
+        temperature.repeat_interleave(T),
+        top_k.repeat_interleave(T),
+        top_p.repeat_interleave(T),
+    )
+    return flat.view(B, T, V)
+
+
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
     """A request's private generator; seeded from the OS when the user gave no seed."""
     gen = torch.Generator(device=device)

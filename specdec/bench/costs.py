@@ -22,7 +22,7 @@ import torch
 from specdec.acceptors import Draft, RejectionSampler
 from specdec.config import SamplingParams
 from specdec.cost_model import CostModel
-from specdec.sampling import make_generator, param_tensors, probs_from_logits, sample
+from specdec.sampling import make_generator, param_tensors, probs_from_logits, request_probs, sample
 
 WARMUP = 2  # unmeasured passes first: the first calls of a shape are slower
 
@@ -78,14 +78,8 @@ def _verify_work(rows: int, device) -> Callable[[torch.Tensor], None]:
     acceptor = RejectionSampler()
 
     def work(logits: torch.Tensor) -> None:
-        B, T, V = logits.shape
-        temperature, top_k, top_p = param_tensors(params, logits.device)
-        probs = probs_from_logits(
-            logits.reshape(B * T, V),
-            temperature.repeat_interleave(T),
-            top_k.repeat_interleave(T),
-            top_p.repeat_interleave(T),
-        ).view(B, T, V)
+        B, T, _ = logits.shape
+        probs = request_probs(logits, params)  # [B, T, V]
         k = T - 1
         tokens = probs[:, :k].argmax(-1)  # [B, k]: any draft; q = p makes it all accepted
         lengths = torch.full((B,), k, dtype=torch.long)
