@@ -83,9 +83,12 @@ def _predict(row: dict, entry: dict | None, k_max: int) -> None:
     row["predicted_from_tokens_per_pass"] = None
     window = row.get("window")
     per_position = row.get("acceptance_per_position")
-    if entry is None or window is None or per_position is None:
+    # A tree step is not a chain of its depth: the model prices chains only.
+    if entry is None or window in (None, "tree") or per_position is None:
         return
-    costs = cost_model(entry, free_draft=row["method"].startswith("ngram"))
+    costs = cost_model(entry, drafter=row["method"].split("-")[0])
+    if costs is None:  # heads measured before their cost was
+        return
     rows = row["batch"]
     alpha = conditional_acceptance(per_position)
     if window == "auto":

@@ -54,8 +54,17 @@ def add_parser(subparsers) -> None:
         "--methods",
         type=_names,
         default=None,
-        help="plain,draft-kN,draft-auto,ngram-auto,ngram-kN,hf-generate,hf-assisted,llamacpp",
+        help="plain,draft-kN,draft-auto,ngram-auto,ngram-kN,heads-kN,heads-auto,heads-tree,"
+        "hf-generate,hf-assisted,llamacpp",
     )
+    p.add_argument(
+        "--heads",
+        default=None,
+        help="trained speculator heads for the target (specdec train-speculator --out DIR): "
+        "adds heads-auto (and heads-tree with --heads-tree) unless --methods names them",
+    )
+    p.add_argument("--heads-tree", type=_ints, default=None, help="top-k per head, e.g. 4,3,2")
+    p.add_argument("--heads-candidates", type=int, default=None, help="paths kept in a tree")
     p.add_argument("--no-peers", action="store_true", help="skip transformers and llama.cpp")
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--prompts-per-point", type=int, default=None)
@@ -95,6 +104,9 @@ def _preset(args):
         curve_ks=args.curve_ks,
         repeats=args.repeats,
     )
+    if args.heads and args.methods is None:
+        extra = ("heads-auto",) + (("heads-tree",) if args.heads_tree else ())
+        preset = override(preset, methods=preset.methods + extra)
     if args.no_peers:
         preset = override(preset, methods=tuple(m for m in preset.methods if m not in PEERS))
     return preset
@@ -121,6 +133,9 @@ def run(args) -> None:
         "ignore_eos": args.ignore_eos,
         "synthetic_source": args.synthetic_source,
         "threads": args.threads,
+        "heads": args.heads,
+        "heads_tree": list(args.heads_tree) if args.heads_tree else None,
+        "heads_candidates": args.heads_candidates,
     }
     store = ResultStore(out, config)
     points = build_points(preset)
@@ -152,6 +167,9 @@ def _command(preset, args) -> str:
         "--repeats", str(preset.repeats),
         "--k-max", str(args.k_max),
     ]  # fmt: skip
+    words += ["--heads", args.heads] if args.heads else []
+    words += ["--heads-tree", ",".join(map(str, args.heads_tree))] if args.heads_tree else []
+    words += ["--heads-candidates", str(args.heads_candidates)] if args.heads_candidates else []
     words += ["--ignore-eos"] if args.ignore_eos else []
     words += ["--synthetic-source", args.synthetic_source]
     words += ["--threads", str(args.threads)] if args.threads else []
@@ -176,6 +194,9 @@ def _measure(todo: list[Point], store: ResultStore, preset, args, extra: dict) -
         synthetic_source=args.synthetic_source,
         draft_quant=args.draft_quant,
         repeats=preset.repeats,
+        heads=args.heads,
+        heads_tree=args.heads_tree,
+        heads_candidates=args.heads_candidates,
     )
     for point in _missing_costs(store):  # points measured before their costs were
         store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)

@@ -101,10 +101,11 @@ def _draft_work(rows: int, device) -> Callable[[torch.Tensor], None]:
 
 
 def measure_costs(
-    target, draft, rows: int, context: int, ks: tuple[int, ...], repeats: int = 5
+    target, draft, rows: int, context: int, ks: tuple[int, ...], repeats: int = 5, heads=None
 ) -> dict:
     """{"verify_s": {k: s}, "draft_step_s", "c", "v": {k: verify(k) / verify(0)}}, keys as
-    strings so the dict survives JSON. `draft` None: a free drafter (c = 0)."""
+    strings so the dict survives JSON. `draft` None: a free drafter (c = 0). With
+    speculator `heads`, also their cost per drafted token ("heads_step_s", "heads_c")."""
     ks = tuple(sorted(set(ks) | {0}))
     vwork = _verify_work(rows, target.device)
     verify = {k: forward_seconds(target, rows, k + 1, context, repeats, vwork) for k in ks}
@@ -119,11 +120,40 @@ def measure_costs(
         "draft_step_s": round(draft_s, 6),
         "c": round(draft_s / verify[0], 4),
         "v": {str(k): round(s / verify[0], 4) for k, s in verify.items()},
-    }
+    } | _heads_entry(heads, rows, repeats, verify[0])
 
 
-def cost_model(entry: dict, free_draft: bool = False) -> CostModel:
-    """The measured entry as the CostModel `--speculate auto` plans with; `free_draft` for
-    the n-gram drafter, whose proposals cost a lookup, not a forward pass."""
+def _heads_entry(heads, rows: int, repeats: int, target_s: float) -> dict:
+    if heads is None:
+        return {}
+    step = heads_step_seconds(heads, rows, repeats)
+    return {"heads_step_s": round(step, 6), "heads_c": round(step / target_s, 4)}
+
+
+def heads_step_seconds(speculator, rows: int, repeats: int = 5) -> float:
+    """Seconds per drafted token of trained speculator heads at `rows` rows: one greedy
+    chain of all n heads (what a step of `heads-kN` runs), over n; the fastest of
+    `repeats`. The heads read a hidden state and a token, so random ones cost the same."""
+    n = speculator.config.n_predict
+    weight = speculator.proj[0].weight
+    hidden = torch.randn(rows, speculator.config.emb_dim, dtype=weight.dtype, device=weight.device)
+    last = torch.zeros(rows, dtype=torch.long, device=weight.device)
+    clock = cost_clock(weight.device)
+    times = []
+    for i in range(WARMUP + repeats):
+        t0 = clock()
+        speculator.propose_greedy(hidden, last, n).tolist()  # the host sync of a real step
+        if i >= WARMUP:
+            times.append(clock() - t0)
+    return min(times) / n
+
+
+def cost_model(entry: dict, drafter: str = "draft") -> CostModel | None:
+    """The measured entry as the CostModel `--speculate auto` plans with, for the drafter
+    kind: "draft" (the draft model's step), "ngram" (a lookup, free), "heads" (speculator
+    heads; None when the entry has no heads cost)."""
     curve = {int(k): s for k, s in entry["verify_s"].items()}
-    return CostModel.measured(entry["rows"], curve, 0.0 if free_draft else entry["draft_step_s"])
+    draft_s = {"ngram": 0.0, "heads": entry.get("heads_step_s")}.get(
+        drafter, entry["draft_step_s"]
+    )
+    return None if draft_s is None else CostModel.measured(entry["rows"], curve, draft_s)

@@ -24,9 +24,12 @@ PEERS = ("hf-generate", "hf-assisted", "llamacpp")
 # llama-cpp-python's high-level API): planned at batch 1 only.
 BATCH1_ONLY = ("hf-assisted", "llamacpp")
 _METHOD = re.compile(
-    r"^(plain|draft-k\d+|draft-auto|ngram-auto|ngram-k\d+|hf-generate|"
-    r"hf-assisted|llamacpp)$"
+    r"^(plain|draft-k\d+|draft-auto|ngram-auto|ngram-k\d+|heads-k\d+|heads-auto|heads-tree|"
+    r"hf-generate|hf-assisted|llamacpp)$"
 )
+# Methods drafting with trained speculator heads (`--heads DIR`); heads-tree verifies a
+# candidate tree (`--heads-tree`) in one pass, its window being the tree's depth.
+HEADS = ("heads-k", "heads-auto", "heads-tree")
 
 
 @dataclass(frozen=True)
@@ -115,9 +118,11 @@ class Point:
 
     @property
     def window(self) -> int | str | None:
-        """k for a fixed-window method, "auto", or None (plain and peers)."""
+        """k for a fixed-window method, "auto", "tree", or None (plain and peers)."""
         if self.method.endswith("-auto"):
             return "auto"
+        if self.method == "heads-tree":
+            return "tree"
         match = re.search(r"-k(\d+)$", self.method)
         return int(match.group(1)) if match else None
 
@@ -127,7 +132,7 @@ def check_methods(methods: tuple[str, ...]) -> None:
     if bad:
         raise InvalidParameterError(
             f"unknown method(s) {', '.join(bad)}: use plain, draft-kN, draft-auto, ngram-auto, "
-            "ngram-kN, hf-generate, hf-assisted, llamacpp"
+            "ngram-kN, heads-kN, heads-auto, heads-tree, hf-generate, hf-assisted, llamacpp"
         )
     if "plain" not in methods:
         raise InvalidParameterError("the methods must include plain (speedups are relative to it)")

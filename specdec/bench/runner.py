@@ -26,6 +26,7 @@ from specdec.bench.costs import measure_costs
 from specdec.bench.plan import Point
 from specdec.config import SamplingParams
 from specdec.drafters import NgramDrafter
+from specdec.drafters.speculator import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.llm import LLM, build_acceptor, build_window
 from specdec.metrics import SpecStats
@@ -62,6 +63,9 @@ class Runner:
         synthetic_source: str = "sharegpt",
         draft_quant: str | None = None,
         repeats: int = 1,
+        heads: str | None = None,
+        heads_tree: tuple[int, ...] | None = None,
+        heads_candidates: int | None = None,
     ) -> None:
         self.model_name, self.draft_name = model, draft
         self.dtype, self.device, self.k_max = dtype, device, k_max
@@ -71,6 +75,13 @@ class Runner:
         self.llm = LLM(
             model, draft=draft, k_max=k_max, draft_quant=draft_quant, dtype=dtype, device=device
         )
+        # Trained speculator heads on the same target (the heads-* methods), beside --draft.
+        self.speculator = None
+        if heads is not None:
+            from specdec.speculator.model import load_speculator
+
+            self.speculator = load_speculator(heads, self.llm.model, self.llm.model.dtype, device)
+        self.heads_tree, self.heads_candidates = heads_tree, heads_candidates
         self._prompts: dict[str, list[list[int]]] = {}
         self._hf: dict[str, object] = {}
         self._warm: set[tuple[str, int]] = set()
@@ -118,7 +129,9 @@ class Runner:
         context = round(statistics.mean(len(p) for p in prompts)) + self.max_tokens // 2
         context = min(context, self.llm.model.config.max_position_embeddings - max(ks) - 2)
         draft = getattr(self.llm, "draft_model", None)
-        return measure_costs(self.llm.model, draft, point.batch, context, ks)
+        return measure_costs(
+            self.llm.model, draft, point.batch, context, ks, heads=self.speculator
+        )
 
     # ------------------------------------------------------------------ measuring
 
@@ -138,12 +151,13 @@ class Runner:
         runs = []
         for _ in range(self.repeats):
             t0, c0 = time.perf_counter(), time.process_time()
-            token_ids, stats = run(short=False)
-            runs.append((time.perf_counter() - t0, time.process_time() - c0, token_ids, stats))
+            token_ids, stats, prefill_s = run(short=False)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            runs.append((wall, cpu, token_ids, stats, prefill_s))
         # The median run by wall time (outputs are the same in every run: seeded sampling).
         runs.sort(key=lambda r: r[0])
-        wall, cpu, token_ids, stats = runs[len(runs) // 2]
-        row = self._row(point, prompts, token_ids, stats, wall)
+        wall, cpu, token_ids, stats, prefill_s = runs[len(runs) // 2]
+        row = self._row(point, prompts, token_ids, stats, wall, prefill_s)
         generated = row["generated_tokens"]
         row["runs_tokens_per_s"] = [round(generated / r[0], 3) for r in runs]
         # CPU seconds this process used: with --threads 1 that is the work done, whatever
@@ -160,8 +174,11 @@ class Runner:
     def _engine(self, point: Point) -> Engine:
         """A fresh engine on the loaded weights for this method and batch size."""
         llm = self.llm
+        tree_nodes = 0
         if point.method == "plain":
             factory, window = None, build_window(0, self.k_max)
+        elif point.method.startswith("heads"):
+            factory, window, tree_nodes = self._heads(point)
         else:
             if point.method.startswith("ngram"):
                 factory = _ngram_factory
@@ -171,7 +188,42 @@ class Runner:
                     raise Skip("no draft model given (--draft)")
             window = build_window(point.window, self.k_max)
         acceptor = build_acceptor("rejection")
-        return Engine(llm.model, llm.tokenizer, llm.eos_ids, point.batch, factory, acceptor, window)
+        return Engine(
+            llm.model,
+            llm.tokenizer,
+            llm.eos_ids,
+            point.batch,
+            factory,
+            acceptor,
+            window,
+            max_tree_nodes=tree_nodes,
+        )
+
+    def _heads(self, point: Point):
+        """(drafter factory, window, tree nodes) for a heads-* method: at most n heads'
+        tokens per step; heads-tree drafts the `--heads-tree` candidate tree at depth n."""
+        spec = self.speculator
+        if spec is None:
+            raise Skip("no speculator heads given (--heads)")
+        n = spec.config.n_predict
+        tree = self.heads_tree if point.window == "tree" else None
+        if tree is not None and len(tree) > n:
+            raise Skip(f"--heads-tree has {len(tree)} levels, the heads draft {n} tokens")
+        device = self.llm.model.device
+
+        def factory(max_batch: int, max_len: int) -> SpeculatorDrafter:
+            return SpeculatorDrafter(
+                spec, max_batch, device, tree=tree, n_candidates=self.heads_candidates
+            )
+
+        if point.window == "tree":
+            if tree is None:
+                raise Skip("no candidate tree given (--heads-tree)")
+            return factory, build_window(len(tree), len(tree)), factory(1, 1).max_nodes
+        k = point.window
+        if isinstance(k, int) and k > n:
+            raise Skip(f"k = {k} exceeds the {n} tokens the heads draft")
+        return factory, build_window(k, min(self.k_max, n)), 0
 
     def _engine_runner(self, point: Point, prompts, params) -> Callable:
         limit = self.llm.model.config.max_position_embeddings
@@ -186,7 +238,7 @@ class Runner:
                 engine.generate([p[:64] for p in prompts[: point.batch]], warm * point.batch)
                 return None
             outs = engine.generate(prompts, params)
-            return [o.token_ids for o in outs], [o.stats for o in outs]
+            return [o.token_ids for o in outs], [o.stats for o in outs], engine.prefill_s
 
         return run
 
@@ -221,7 +273,7 @@ class Runner:
                 out += peers.hf_generate(
                     target, batch, n, eos, point.temperature, assistant, seed=i
                 )
-            return None if short else (out, None)
+            return None if short else (out, None, 0.0)
 
         return run
 
@@ -240,11 +292,19 @@ class Runner:
             out = peers.llamacpp_generate(
                 gguf, prompts[:1] if short else prompts, n, point.temperature
             )
-            return None if short else (out, None)
+            return None if short else (out, None, 0.0)
 
         return run
 
-    def _row(self, point: Point, prompts, token_ids, stats: list[SpecStats] | None, wall):
+    def _row(
+        self,
+        point: Point,
+        prompts,
+        token_ids,
+        stats: list[SpecStats] | None,
+        wall: float,
+        prefill_s: float = 0.0,
+    ):
         generated = sum(len(t) for t in token_ids)
         row = {
             "key": point.key,
@@ -269,10 +329,10 @@ class Runner:
             tpot = [s.tpot_s for s in stats if s.generated > 1]
             ttft = [s.ttft_s for s in stats]
             total = sum(stats, SpecStats())
-            # Decode phase alone: the wall time less each batch's prefill (its first token
-            # arrives for every row at once), over the tokens after the first.
-            batches = [stats[i : i + point.batch] for i in range(0, len(stats), point.batch)]
-            decode_s = wall - sum(max(s.ttft_s for s in b) for b in batches)
+            # Decode phase alone: the wall time less the engine's prefills (requests join
+            # as rows free up, so a TTFT, counted from arrival, includes queueing), over
+            # the tokens after each request's first.
+            decode_s = wall - prefill_s
             decode_tokens = generated - len(prompts)
             row |= {
                 "decode_tokens_per_s": round(decode_tokens / decode_s, 4) if decode_s > 0 else None,

@@ -154,3 +154,50 @@ def test_remeasure_costs_only(model_dir, bench_out, monkeypatch):
         alpha = r["acceptance_per_position"]
         expected = (1 + alpha[0] + alpha[1]) / (2 * 0.1 + 1.1)
         assert r["predicted_speedup"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_speculator_heads_methods(model_dir, tmp_path):
+    """--heads adds trained-heads methods beside the draft model: a chain at fixed k, `auto`
+    and a candidate tree, each exact in fp32, with the heads' own measured step cost."""
+    import torch
+
+    from specdec.speculator import build_speculator
+
+    from tiny import native_from_hf
+
+    spec = build_speculator(native_from_hf(hf_tiny("qwen2")), n_predict=3)
+    torch.manual_seed(1)
+    with torch.no_grad():  # past the zero-initialised adapter: heads that pick real tokens
+        for p in spec.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    spec.save(tmp_path / "heads")
+    out = tmp_path / "out"
+    code = _bench(
+        model_dir, out, "--batches", "1,2", "--temperatures", "0,1", "--workloads", "code",
+        "--methods", "plain,draft-k2,heads-k2,heads-auto,heads-tree",
+        "--heads", str(tmp_path / "heads"), "--heads-tree", "2,2",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["config"]["heads_tree"] == [2, 2] and "--heads-tree 2,2" in data["command"]
+    rows = [r for r in data["rows"] if r["method"].startswith("heads")]
+    assert len(rows) == 3 * 2 * 2 and all(r["status"] == "ok" for r in rows)
+    for row in rows:
+        assert row["generated_tokens"] > 0 and row["mean_accepted_length"] >= 1
+        if row["temperature"] == 0:
+            assert row["same_output_as_plain"] == 1.0, row["key"]
+        if row["method"] == "heads-k2":
+            assert len(row["acceptance_per_position"]) == 2 and row["predicted_speedup"] > 0
+        if row["method"] == "heads-tree":
+            assert row["window"] == "tree" and row["predicted_speedup"] is None
+    costs = data["costs"]["code|len=natural|batch=2"]
+    assert costs["heads_step_s"] > 0 and costs["heads_c"] > 0
+
+
+def test_heads_methods_without_heads_are_skipped(model_dir, tmp_path):
+    out = tmp_path / "out"
+    args = ["--batches", "1", "--temperatures", "0", "--workloads", "code"]
+    assert _bench(model_dir, out, *args, "--methods", "plain,heads-auto") == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    [heads] = [r for r in rows if r["method"] == "heads-auto"]
+    assert heads["status"] == "skipped" and "--heads" in heads["reason"]
