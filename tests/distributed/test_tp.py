@@ -299,3 +299,17 @@ def test_vocab_shards_are_padded_rows_of_the_head():
     parts = [sharding._vocab_slice(head, r, 2) for r in (0, 1)]
     assert [p.shape for p in parts] == [(3, 2), (3, 2)]
     assert torch.equal(torch.cat(parts)[:5], head) and parts[1][2].abs().sum() == 0
+
+
+def test_speculator_heads_are_not_sharded(monkeypatch, model_dir):
+    """Heads are replicated: --draft-tp N with a speculator directory is refused."""
+    import specdec.llm
+
+    class FakeGroup:  # two ranks; a failure is raised as it is
+        def fail(self, err):
+            return err
+
+    monkeypatch.setattr(specdec.llm, "init_tensor_parallel", lambda tp, device: FakeGroup())
+    spec = str(model_dir / "speculators" / "target-tables")
+    with pytest.raises(InvalidParameterError, match="use --draft-tp 1"):
+        specdec.llm.LLM(str(model_dir), draft=spec, dtype="fp32", tp=2, draft_tp=2)
