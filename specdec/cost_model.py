@@ -102,10 +102,12 @@ class CostModel:
         return _interpolate(self.draft_step_s, rows)
 
     def predict(self, rows: int, alpha: list[float], k: int) -> float | None:
-        """Predicted tokens per second per row for window k; None if a cost is unknown."""
+        """Predicted tokens per second per row for window k; None if a cost is unknown, or
+        extrapolated to nothing (noisy timings can make the measured curve fall, and its
+        extension reach zero; with a free drafter the step would cost nothing)."""
         verify = self.verify_time(rows, k + 1)
         draft = self.draft_time(rows) if k else 0.0
-        if verify is None or draft is None:
+        if verify is None or draft is None or k * draft + verify <= 0:
             return None
         return expected_tokens(alpha, k) / (k * draft + verify)
 

@@ -89,6 +89,11 @@ class LLM:
         self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
         if draft_tp not in (1, tp):
             raise InvalidParameterError(f"draft_tp must be 1 or tp ({tp}), got {draft_tp}")
+        if draft_tp > 1 and draft is not None and is_speculator_dir(draft):
+            raise InvalidParameterError(
+                "speculator heads are replicated on every rank (they are small): "
+                "use --draft-tp 1 with them"
+            )
         self.draft_tp = draft_tp
 
         window = build_window(
@@ -141,11 +146,9 @@ class LLM:
         if draft == "ngram":
             return lambda max_batch, max_len: NgramDrafter()
         if is_speculator_dir(draft):
-            if self.tp is not None:
-                raise InvalidParameterError(
-                    "speculator heads are not supported with --tp > 1 yet; use a draft model "
-                    "or ngram under tensor parallelism"
-                )
+            # Under tensor parallelism every rank holds all the heads (they are small) and
+            # drafts alike from the whole hidden state, which every rank has after the
+            # target's all-reduces; heads that reuse the target's head get it whole.
             self.speculator = load_speculator(draft, self.model, self.model.dtype, device)
             return lambda max_batch, max_len: SpeculatorDrafter(
                 self.speculator, max_batch, device, tree=self.tree, n_candidates=self.n_candidates

@@ -3,10 +3,16 @@
     specdec bench --quick                      # minutes: SmolLM2, small sweep
     specdec bench --out bench-out/full         # the full preset on the default pair (hours)
     specdec bench --batches 1,4 --prompt-lens 64 --temperatures 0 --no-peers
+    torchrun --nproc-per-node 2 -m specdec.cli bench --tp 2 ...   # tensor parallelism
 
 Every flag that names a sweep (workloads, lengths, batches, temperatures, methods)
 overrides the preset, so a long run can be done in slices into one folder: points already
 in its results.json are skipped, results are written after every point.
+
+Under `--tp N` every rank runs the same sweep in lockstep (the forward passes are
+collective); rank 0 alone reads and writes the folder and shows progress, and hands the
+others its results so far and every measurement (`results.ResultStore.replica`,
+`runner.Runner`), so no rank decides anything from its own clock or its own disk.
 
 Only the parser is imported with `specdec`'s CLI; torch, matplotlib and the runners load
 when `bench` runs.
@@ -79,6 +85,8 @@ def add_parser(subparsers) -> None:
         help="text that synthetic prompts are cut from",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (under torchrun)")
+    p.add_argument("--draft-tp", type=int, default=1, help="1 (replicated draft) or --tp")
     p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
     p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
     p.add_argument(
@@ -113,6 +121,14 @@ def _preset(args):
 
 
 def run(args) -> None:
+    from specdec.distributed import tensor_parallel
+
+    # --tp N: one rank per process (torchrun); a rank's failure surfaces on rank 0.
+    with tensor_parallel(args.tp, args.device) as tp:
+        _run(args, leader=tp is None or tp.is_leader, tp=tp)
+
+
+def _run(args, leader: bool, tp) -> None:
     import torch
 
     from specdec.bench import report
@@ -133,26 +149,60 @@ def run(args) -> None:
         "ignore_eos": args.ignore_eos,
         "synthetic_source": args.synthetic_source,
         "threads": args.threads,
-        "heads": args.heads,
-        "heads_tree": list(args.heads_tree) if args.heads_tree else None,
-        "heads_candidates": args.heads_candidates,
     }
-    store = ResultStore(out, config)
+    if args.heads:  # only then: folders measured before --heads existed still resume
+        config |= {
+            "heads": args.heads,
+            "heads_tree": list(args.heads_tree) if args.heads_tree else None,
+            "heads_candidates": args.heads_candidates,
+        }
+    if args.tp > 1:  # only then: folders measured before --tp existed still resume
+        config |= {"tp": args.tp, "draft_tp": args.draft_tp}
+    store = _open_store(out, config, tp)
     points = build_points(preset)
-    extra = {"machine": report.machine_description(args.device), "command": _command(preset, args)}
+    extra = {
+        "machine": report.machine_description(args.device, args.tp),
+        "command": _command(preset, args),
+    }
     todo = [] if args.report_only else [p for p in points if not store.done(p.key)]
     if args.remeasure_costs and not args.report_only:
         store.costs = {}
     try:
         if todo or _missing_costs(store):
-            _measure(todo, store, preset, args, extra)
+            _measure(todo, store, preset, args, extra, leader)
     finally:  # Ctrl-C too: the summary and plots of what was measured
-        _finish(store, points, preset, args, extra, out)
+        if leader:
+            _finish(store, points, preset, args, extra, out)
+
+
+def _open_store(out: Path, config: dict, tp) -> ResultStore:
+    """The results folder, read by rank 0 alone; under tensor parallelism the other ranks
+    get a replica of its rows and costs (they may not even see the folder), or its error
+    (another configuration), so that they resume and skip exactly what rank 0 does."""
+    if tp is None:
+        return ResultStore(out, config)
+    if tp.is_leader:
+        try:
+            store = ResultStore(out, config)
+        except SpecdecError as err:
+            tp.broadcast_object(err)
+            raise
+        tp.broadcast_object((store.costs, store.rows))
+        return store
+    state = tp.broadcast_object()
+    if isinstance(state, SpecdecError):
+        raise state
+    return ResultStore.replica(out, config, *state)
 
 
 def _command(preset, args) -> str:
     """The command that measures exactly this sweep, every preset value spelled out."""
     words = ["specdec", "bench"] + (["--quick"] if args.quick else [])
+    if args.tp > 1:
+        words = ["torchrun", "--nproc-per-node", str(args.tp), "-m", "specdec.cli", "bench"]
+        words += ["--quick"] if args.quick else []
+        words += ["--tp", str(args.tp)]
+        words += ["--draft-tp", str(args.draft_tp)] if args.draft_tp > 1 else []
     words += ["--model", preset.model, "--draft", preset.draft, "--dtype", args.dtype]
     words += ["--device", args.device] if args.device != "cpu" else []
     words += ["--draft-quant", args.draft_quant] if args.draft_quant else []
@@ -177,11 +227,17 @@ def _command(preset, args) -> str:
     return shlex.join(words)
 
 
-def _measure(todo: list[Point], store: ResultStore, preset, args, extra: dict) -> None:
+def _measure(
+    todo: list[Point], store: ResultStore, preset, args, extra: dict, leader: bool
+) -> None:
+    """Measure `todo` into `store`. Under tensor parallelism every rank runs this loop
+    alike (the runner hands out rank 0's rows and costs); only rank 0 shows progress."""
     from specdec.bench import analysis
     from specdec.bench.runner import Runner, Skip, skipped_row
 
-    tqdm.write(f"specdec bench: {len(todo)} points to measure into {store.dir}", file=sys.stderr)
+    if leader:
+        message = f"specdec bench: {len(todo)} points to measure into {store.dir}"
+        tqdm.write(message, file=sys.stderr)
     runner = Runner(
         preset.model,
         preset.draft,
@@ -197,12 +253,14 @@ def _measure(todo: list[Point], store: ResultStore, preset, args, extra: dict) -
         heads=args.heads,
         heads_tree=args.heads_tree,
         heads_candidates=args.heads_candidates,
+        tp=args.tp,
+        draft_tp=args.draft_tp,
     )
     for point in _missing_costs(store):  # points measured before their costs were
         store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)
         analysis.derive(list(store.rows.values()), store.costs, args.k_max, args.price_per_hour)
         store.save(extra)
-    bar = tqdm(todo, unit="point", dynamic_ncols=True, file=sys.stderr)
+    bar = tqdm(todo, unit="point", dynamic_ncols=True, file=sys.stderr, disable=not leader)
     for point in bar:
         bar.set_postfix_str(point.key, refresh=True)
         try:
@@ -210,11 +268,11 @@ def _measure(todo: list[Point], store: ResultStore, preset, args, extra: dict) -
                 store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)
             row = runner.measure(point)
         except (Skip, SpecdecError) as err:
-            row = skipped_row(point, str(err))
+            row = skipped_row(point, str(err), args.tp)
         store.add(row)
         analysis.derive(list(store.rows.values()), store.costs, args.k_max, args.price_per_hour)
         store.save(extra)
-        if row["status"] == "ok":
+        if row["status"] == "ok" and leader:
             bar.write(_one_line(row), file=sys.stderr)
 
 
@@ -245,7 +303,10 @@ def _finish(store: ResultStore, points, preset, args, extra: dict, out: Path) ->
     order = {p.key: i for i, p in enumerate(points)}
     ok = sorted(store.ok_rows(), key=lambda r: order.get(r["key"], len(order)))
     skipped = [r for r in rows if r.get("status") == "skipped"]
-    made = plots.write_all(ok, store.costs, out, cpu_clock=store.config.get("threads") == 1)
+    # CPU time means the work done with one thread in one process: not with ranks that
+    # wait on each other's collectives.
+    cpu_clock = store.config.get("threads") == 1 and "tp" not in store.config
+    made = plots.write_all(ok, store.costs, out, cpu_clock=cpu_clock)
     best = analysis.best_k_by_group(ok, store.costs, args.k_max)
     data = {"config": store.config, **extra, "costs": store.costs}
     data["sharegpt"] = _sharegpt_note(ok, store.config)

@@ -34,20 +34,25 @@ def forward_seconds(
     context: int,
     repeats: int = 3,
     work: Callable[[torch.Tensor], None] | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> float:
     """Seconds of one pass of `tokens_per_row` tokens on each of `rows` rows after
     `context` committed positions (logits at every position, as a verify pass computes):
     the fastest of `repeats`, since a neighbour on a shared machine only ever adds time.
-    `work(logits)` runs inside the timing: what a step does with the logits."""
+    `work(logits)` runs inside the timing: what a step does with the logits. `clock`:
+    `cost_clock(model)` unless given."""
     cache = model.new_cache(rows, context + tokens_per_row + 1)
     cache.advance(torch.full((rows,), context, dtype=torch.long), slice(0, rows))
     start = cache.lengths[:rows].clone()
     vocab_limit = min(1000, model.config.vocab_size)
-    clock = cost_clock(model.device)
+    clock = clock or cost_clock(model)
     times = []
     with torch.inference_mode():
         for i in range(WARMUP + repeats):
-            tokens = torch.randint(0, vocab_limit, (rows, tokens_per_row), device=model.device)
+            # Seeded: the ranks of a tensor-parallel model must all feed the same tokens.
+            seeded = torch.Generator().manual_seed(i)
+            tokens = torch.randint(0, vocab_limit, (rows, tokens_per_row), generator=seeded)
+            tokens = tokens.to(model.device)
             if model.device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = clock()
@@ -61,11 +66,13 @@ def forward_seconds(
     return min(times)
 
 
-def cost_clock(device: torch.device) -> Callable[[], float]:
+def cost_clock(model) -> Callable[[], float]:
     """CPU time on one CPU thread (the work done, whatever share of the cores neighbours
     take: on a shared machine wall time moved single passes several-fold), wall time
-    otherwise (CPU time would add up threads, or miss a GPU's work)."""
-    if device.type == "cpu" and torch.get_num_threads() == 1:
+    otherwise (CPU time would add up threads, or miss a GPU's work, or, for a
+    tensor-parallel shard, the time a rank waits on the others' collectives)."""
+    sharded = getattr(model, "tp_group", None) is not None
+    if model.device.type == "cpu" and torch.get_num_threads() == 1 and not sharded:
         return time.process_time
     return time.perf_counter
 
@@ -107,38 +114,42 @@ def measure_costs(
     strings so the dict survives JSON. `draft` None: a free drafter (c = 0). With
     speculator `heads`, also their cost per drafted token ("heads_step_s", "heads_c")."""
     ks = tuple(sorted(set(ks) | {0}))
+    clock = cost_clock(target)  # the draft's too: c is a ratio of the two
     vwork = _verify_work(rows, target.device)
-    verify = {k: forward_seconds(target, rows, k + 1, context, repeats, vwork) for k in ks}
+    verify = {k: forward_seconds(target, rows, k + 1, context, repeats, vwork, clock) for k in ks}
     draft_s = 0.0
     if draft is not None:
-        draft_s = forward_seconds(draft, rows, 1, context, repeats, _draft_work(rows, draft.device))
+        dwork = _draft_work(rows, draft.device)
+        draft_s = forward_seconds(draft, rows, 1, context, repeats, dwork, clock)
     return {
         "rows": rows,
         "context": context,
-        "clock": "cpu" if cost_clock(target.device) is time.process_time else "wall",
+        "clock": "cpu" if clock is time.process_time else "wall",
         "verify_s": {str(k): round(s, 6) for k, s in verify.items()},
         "draft_step_s": round(draft_s, 6),
         "c": round(draft_s / verify[0], 4),
         "v": {str(k): round(s / verify[0], 4) for k, s in verify.items()},
-    } | _heads_entry(heads, rows, repeats, verify[0])
+    } | _heads_entry(heads, rows, repeats, verify[0], clock)
 
 
-def _heads_entry(heads, rows: int, repeats: int, target_s: float) -> dict:
+def _heads_entry(heads, rows: int, repeats: int, target_s: float, clock) -> dict:
     if heads is None:
         return {}
-    step = heads_step_seconds(heads, rows, repeats)
+    step = heads_step_seconds(heads, rows, clock, repeats)
     return {"heads_step_s": round(step, 6), "heads_c": round(step / target_s, 4)}
 
 
-def heads_step_seconds(speculator, rows: int, repeats: int = 5) -> float:
-    """Seconds per drafted token of trained speculator heads at `rows` rows: one greedy
-    chain of all n heads (what a step of `heads-kN` runs), over n; the fastest of
-    `repeats`. The heads read a hidden state and a token, so random ones cost the same."""
+def heads_step_seconds(
+    speculator, rows: int, clock: Callable[[], float], repeats: int = 5
+) -> float:
+    """Seconds per drafted token of trained speculator heads at `rows` rows on `clock`
+    (the target's, so the ratio is like for like): one greedy chain of all n heads (what a
+    step of `heads-kN` runs), over n; the fastest of `repeats`. The heads read a hidden
+    state and a token, so random ones cost the same."""
     n = speculator.config.n_predict
     weight = speculator.proj[0].weight
     hidden = torch.randn(rows, speculator.config.emb_dim, dtype=weight.dtype, device=weight.device)
     last = torch.zeros(rows, dtype=torch.long, device=weight.device)
-    clock = cost_clock(weight.device)
     times = []
     for i in range(WARMUP + repeats):
         t0 = clock()

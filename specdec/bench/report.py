@@ -17,7 +17,7 @@ AUTO_FLOOR = 0.97  # "speculation never hurts", within noise
 PREDICTION_TOLERANCE = 0.15
 
 
-def machine_description(device: str) -> str:
+def machine_description(device: str, tp: int = 1) -> str:
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -32,6 +32,9 @@ def machine_description(device: str) -> str:
     )
     if device.startswith("cuda") and torch.cuda.is_available():
         text += f", GPU {torch.cuda.get_device_name(0)}"
+    if tp > 1:
+        backend = "NCCL" if device.startswith("cuda") else "gloo"
+        text += f"; tensor parallel: {tp} processes ({backend}), the threads are per process"
     return text
 
 
@@ -203,6 +206,15 @@ def best_k_table(best: dict) -> list[str]:
     return out
 
 
+def _tp_line(config: dict) -> list[str]:
+    draft = "sharded like the target" if config.get("draft_tp", 1) > 1 else "whole on every rank"
+    return [
+        f"**Tensor parallel:** tp = {config['tp']} ranks under torchrun, draft {draft}; "
+        "costs and speedups are in wall time only (a rank waiting on a collective uses no "
+        "CPU, so CPU time is not what a step costs).  "
+    ]
+
+
 def write_summary(
     out: Path, data: dict, rows: list[dict], skipped: list[dict], best: dict, plots: list[Path]
 ) -> Path:
@@ -216,6 +228,7 @@ def write_summary(
         f"{config['device']}; up to {config['max_tokens']} new tokens per request"
         f"{' (ignore EOS)' if config.get('ignore_eos') else ' (stopping at EOS)'}, "
         f"`auto` windows up to k = {config['k_max']}.  ",
+        *(_tp_line(config) if config.get("tp") else []),
         f"**Command:** `{data.get('command', '')}`",
         *(["", f"**Prompts:** {data['sharegpt']}.", ""] if data.get("sharegpt") else [""]),
         "tok/s: generated tokens over the wall time of the whole point (prefill included); "
@@ -233,7 +246,11 @@ def write_summary(
         "## Speedup by batch size and prompt length",
         "",
         *erosion_table(rows),
-        *(erosion_table(rows, field="cpu_speedup") if config.get("threads") == 1 else []),
+        *(
+            erosion_table(rows, field="cpu_speedup")
+            if config.get("threads") == 1 and not config.get("tp")
+            else []
+        ),
         "## All points",
         "",
         *results_table(rows, price),

@@ -8,6 +8,10 @@ the folder rather than mixing numbers that cannot be compared.
 
 Writes go to a temporary file renamed into place, so a run killed mid-write leaves the
 previous results.json whole.
+
+Under tensor parallelism rank 0 alone reads and writes the folder; the other ranks hold a
+`replica` of its store (its rows and costs, broadcast), so they resume, skip and measure
+exactly the points rank 0 does, and write nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ CSV_COLUMNS = (
     "batch",
     "temperature",
     "method",
+    "tp",
     "status",
     "requests",
     "generated_tokens",
@@ -53,13 +58,14 @@ CSV_COLUMNS = (
 
 
 class ResultStore:
-    def __init__(self, out_dir: Path, config: dict) -> None:
+    def __init__(self, out_dir: Path, config: dict, writes: bool = True) -> None:
         self.dir = Path(out_dir)
         self.path = self.dir / "results.json"
         self.config = config
+        self.writes = writes
         self.costs: dict[str, dict] = {}
         self.rows: dict[str, dict] = {}
-        if self.path.is_file():
+        if writes and self.path.is_file():
             data = json.loads(self.path.read_text())
             if data.get("config") != config:
                 raise InvalidParameterError(
@@ -68,6 +74,13 @@ class ResultStore:
                 )
             self.costs = data.get("costs", {})
             self.rows = {row["key"]: row for row in data.get("rows", [])}
+
+    @classmethod
+    def replica(cls, out_dir: Path, config: dict, costs: dict, rows: dict) -> ResultStore:
+        """A store holding another rank's `costs` and `rows` that never touches the disk."""
+        store = cls(out_dir, config, writes=False)
+        store.costs, store.rows = costs, rows
+        return store
 
     def done(self, key: str) -> bool:
         row = self.rows.get(key)
@@ -80,6 +93,8 @@ class ResultStore:
         return [r for r in self.rows.values() if r.get("status") == "ok"]
 
     def save(self, extra: dict | None = None) -> None:
+        if not self.writes:
+            return
         self.dir.mkdir(parents=True, exist_ok=True)
         data = {"config": self.config, **(extra or {}), "costs": self.costs}
         data["rows"] = list(self.rows.values())

@@ -10,6 +10,12 @@ as a user waiting for the whole batch sees it. With `repeats` > 1 the point runs
 times and the median run is kept (every run's tokens/s is recorded): on a shared CPU one
 run can be slowed several-fold by a neighbour. TPOT and TTFT are per request, from the
 engine's own `SpecStats` (peers report neither).
+
+Tensor parallelism (`tp` > 1, under torchrun): every rank runs the same points in lockstep,
+since each forward pass is collective. What is recorded from local timing (a point's row,
+the measured costs) is rank 0's, broadcast, so every rank holds the same results and
+makes the same decisions from them; `auto`'s k is rank 0's each step. Peers load the
+whole model in one process and are skipped.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from collections.abc import Callable
 
 from specdec.bench import peers, workloads
 from specdec.bench.costs import measure_costs
-from specdec.bench.plan import Point
+from specdec.bench.plan import PEERS, Point
 from specdec.config import SamplingParams
+from specdec.distributed import shared_window
 from specdec.drafters import NgramDrafter
 from specdec.drafters.speculator import SpeculatorDrafter
 from specdec.engine import Engine
@@ -66,14 +73,24 @@ class Runner:
         heads: str | None = None,
         heads_tree: tuple[int, ...] | None = None,
         heads_candidates: int | None = None,
+        tp: int = 1,
+        draft_tp: int = 1,
     ) -> None:
         self.model_name, self.draft_name = model, draft
         self.dtype, self.device, self.k_max = dtype, device, k_max
         self.max_tokens, self.prompts_per_point = max_tokens, prompts_per_point
         self.ignore_eos, self.synthetic_source = ignore_eos, synthetic_source
         self.repeats = max(1, repeats)
+        self.tp = tp
         self.llm = LLM(
-            model, draft=draft, k_max=k_max, draft_quant=draft_quant, dtype=dtype, device=device
+            model,
+            draft=draft,
+            k_max=k_max,
+            draft_quant=draft_quant,
+            dtype=dtype,
+            device=device,
+            tp=tp,
+            draft_tp=draft_tp,
         )
         # Trained speculator heads on the same target (the heads-* methods), beside --draft.
         self.speculator = None
@@ -94,7 +111,12 @@ class Runner:
         n = point.batch * max(1, math.ceil(self.prompts_per_point / point.batch))
         key = f"{point.workload}|{point.prompt_len}|{n}"
         if key not in self._prompts:
-            self._prompts[key] = self._make_prompts(point.workload, point.prompt_len, n)
+            # Under tensor parallelism rank 0's prompts (ShareGPT is installed on demand:
+            # by one process, on one machine).
+            group = self.llm.tp
+            leads = group is None or group.is_leader
+            made = self._make_prompts(point.workload, point.prompt_len, n) if leads else None
+            self._prompts[key] = made if group is None else group.broadcast_object(made)
         return self._prompts[key]
 
     def _make_prompts(self, workload: str, length: int | None, n: int) -> list[list[int]]:
@@ -129,15 +151,26 @@ class Runner:
         context = round(statistics.mean(len(p) for p in prompts)) + self.max_tokens // 2
         context = min(context, self.llm.model.config.max_position_embeddings - max(ks) - 2)
         draft = getattr(self.llm, "draft_model", None)
-        return measure_costs(
-            self.llm.model, draft, point.batch, context, ks, heads=self.speculator
+        return self._rank0s(
+            measure_costs(self.llm.model, draft, point.batch, context, ks, heads=self.speculator)
         )
+
+    def _rank0s(self, measured: dict) -> dict:
+        """Under tensor parallelism, rank 0's measurement on every rank (timings differ
+        between ranks; what is recorded and decided from them must not)."""
+        group = self.llm.tp
+        return measured if group is None else group.broadcast_object(measured)
 
     # ------------------------------------------------------------------ measuring
 
     def measure(self, point: Point) -> dict:
+        if self.tp > 1 and point.method in PEERS:
+            raise Skip(
+                f"{point.method} runs the whole model in one process: not under tensor "
+                f"parallelism (--tp {self.tp})"
+            )
         prompts = self.prompts(point)
-        params = self.params(point, len(prompts))
+        params = self.llm.spmd_params(self.params(point, len(prompts)), len(prompts))
         if point.method in ("hf-generate", "hf-assisted"):
             run = self._hf_runner(point, prompts)
         elif point.method == "llamacpp":
@@ -163,13 +196,15 @@ class Runner:
         # CPU seconds this process used: with --threads 1 that is the work done, whatever
         # share of the cores neighbours took (a shared machine stretches wall time, not CPU
         # time); with more threads it also counts threads spinning at barriers.
+        # Not under tensor parallelism: a rank waiting on the others' collectives uses no
+        # CPU, so its CPU time is not the work a step costs (cpu_s is rank 0's alone).
         row["cpu_s"] = round(cpu, 4)
-        row["cpu_tokens_per_s"] = round(generated / cpu, 4) if cpu > 0 else None
+        row["cpu_tokens_per_s"] = round(generated / cpu, 4) if cpu > 0 and self.tp == 1 else None
         # Other processes' load while it ran (1-minute average, all CPUs): a point measured
         # under load above the core count shares its CPUs and is slower than it should be.
         row["load_1m"] = round(os.getloadavg()[0], 2)
         row["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        return row
+        return self._rank0s(row)
 
     def _engine(self, point: Point) -> Engine:
         """A fresh engine on the loaded weights for this method and batch size."""
@@ -187,6 +222,7 @@ class Runner:
                 if factory is None:
                     raise Skip("no draft model given (--draft)")
             window = build_window(point.window, self.k_max)
+        window = shared_window(window, llm.tp)  # auto: rank 0's k on every rank
         acceptor = build_acceptor("rejection")
         return Engine(
             llm.model,
@@ -317,6 +353,7 @@ class Runner:
             "temperature": point.temperature,
             "method": point.method,
             "window": point.window,
+            "tp": self.tp,
             "status": "ok",
             "requests": len(prompts),
             "generated_tokens": generated,
@@ -358,7 +395,7 @@ def _ngram_factory(max_batch: int, max_len: int) -> NgramDrafter:
     return NgramDrafter()
 
 
-def skipped_row(point: Point, reason: str) -> dict:
+def skipped_row(point: Point, reason: str, tp: int = 1) -> dict:
     """A point that was planned but cannot run here; kept so a resumed run skips it too."""
     return {
         "key": point.key,
@@ -369,6 +406,7 @@ def skipped_row(point: Point, reason: str) -> dict:
         "temperature": point.temperature,
         "method": point.method,
         "window": point.window,
+        "tp": tp,
         "status": "skipped",
         "reason": reason,
     }

@@ -66,10 +66,14 @@ class TPGroup:
 
     def all_gather_last(self, x: torch.Tensor) -> torch.Tensor:
         """Every rank's `x` concatenated along the last dimension, in rank order."""
+        return self.all_gather(x, dim=-1)
+
+    def all_gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """Every rank's `x` concatenated along `dim`, in rank order."""
         x = x.contiguous()
         parts = [torch.empty_like(x) for _ in range(self.world_size)]
         dist.all_gather(parts, x)
-        return torch.cat(parts, dim=-1)
+        return torch.cat(parts, dim=dim)
 
     def broadcast_int(self, value: int) -> int:
         """Rank 0's `value` on every rank."""

@@ -193,3 +193,9 @@ class VocabParallelHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., H] -> [..., V]
         return self.group.all_gather_last(self.inner(x))[..., : self.vocab_size]
+
+    def full_weight(self) -> torch.Tensor:
+        """The whole head `[V, H]`, gathered from every rank's rows (a collective: every
+        rank calls it). For what reads the target's head outside its forward: speculator
+        heads that reuse it score the whole vocabulary on every rank."""
+        return self.group.all_gather(self.inner.weight, dim=0)[: self.vocab_size]

@@ -404,7 +404,7 @@ def load_speculator(
         raise ModelIntegrityError(f"{weights}: vocab_map does not fit the config")
     embed = head = None
     if cfg.reuse_target:
-        embed, head = target.embed_tokens.weight, target.lm_head.weight
+        embed, head = target_tables(target)
     with torch.device("meta"):
         model = MLPSpeculator(cfg, _meta(embed), _meta(head), _meta(vocab_map))
     expected = _expected_shapes(model)
@@ -440,6 +440,18 @@ def load_speculator(
             else:
                 model.adapter[i].weight.copy_(tensors[f"adapter.{i}.weight"])
     return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+def target_tables(target) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's whole embedding and vocabulary head, `[V, E]` each.
+
+    A tensor-parallel shard of the target (`specdec.distributed.sharding`) replicates the
+    embedding but holds only a slice of the head's rows: heads that reuse the head must
+    score the whole vocabulary, so it is gathered from every rank (`full_weight`, a
+    collective: every rank loads the speculator, in the same order)."""
+    head = target.lm_head
+    weight = head.full_weight() if hasattr(head, "full_weight") else head.weight
+    return target.embed_tokens.weight, weight
 
 
 def _meta(t: torch.Tensor | None) -> torch.Tensor | None:

@@ -8,6 +8,7 @@ Each launch has a hard timeout; a launch that outlives it is killed and the test
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -104,7 +105,15 @@ def model_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-qwen2-tp")
     hf_tiny("qwen2").save_pretrained(path)
     tiny_tokenizer().save_pretrained(path)
+    _worker().save_speculators(str(path))  # MODEL_DIR/speculators/NAME
     return path
+
+
+def _worker():
+    sys.path.insert(0, str(WORKER.parent))
+    import tp_worker
+
+    return tp_worker
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +161,8 @@ def failures(launches):
 
 @pytest.fixture(scope="module")
 def reference(model_dir):
-    sys.path.insert(0, str(WORKER.parent))
-    import tp_worker
-
     torch.set_num_threads(1)
-    return tp_worker.scenarios(None, str(model_dir))
+    return _worker().scenarios(None, str(model_dir))
 
 
 def test_logits_equal_single_process(tp_results, reference):
@@ -185,6 +191,35 @@ def test_ranks_agree_and_only_rank0_prints(tp_results, reference):
     assert tp_results["ranks_agree"]
     assert tp_results["cli_rank1"] == []
     assert tp_results["cli"] == reference["cli"] and len(reference["cli"]) == 2
+
+
+# -- speculator heads ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drafting", ["chain", "tree"])
+@pytest.mark.parametrize("tables", ["target-tables", "own-tables"])
+def test_speculator_heads_draft_as_in_one_process(tp_results, reference, tables, drafting):
+    """Saved heads loaded by `LLM(..., tp=2)`: the same greedy output as one process (and
+    as plain decoding), the same steps, and every proposal the same (the heads read the
+    whole hidden state and, reusing the target's, the whole vocabulary head). Random heads
+    are seldom right: the scripted test below has every draft accepted."""
+    got, want = (r[f"speculator/{tables}/{drafting}"] for r in (tp_results, reference))
+    assert got["tokens"] == want["tokens"] == reference["greedy/plain"]
+    assert got["steps"] == want["steps"] and got["accepted"] == want["accepted"]
+    assert len(got["proposals"]) == len(want["proposals"]) > 0
+    for a, b in zip(got["proposals"], want["proposals"], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_scripted_tree_heads_under_tp(tp_results, reference):
+    """Tree verification through the sharded attention: the true continuation second at
+    every level, all accepted each step (N - 1 tokens after the first, HEADS + 1 a pass)."""
+    from equivalence.test_speculator_tree import HEADS
+
+    run = tp_results["speculator/scripted-tree"]
+    assert run["tokens"] == run["refs"] == reference["greedy/plain"]
+    steps = math.ceil((_worker().N - 1) / (HEADS + 1))
+    assert run["steps"] == [steps] * len(run["tokens"]) and run["calls"] > 0
 
 
 # -- failures --------------------------------------------------------------------------------
@@ -264,3 +299,17 @@ def test_vocab_shards_are_padded_rows_of_the_head():
     parts = [sharding._vocab_slice(head, r, 2) for r in (0, 1)]
     assert [p.shape for p in parts] == [(3, 2), (3, 2)]
     assert torch.equal(torch.cat(parts)[:5], head) and parts[1][2].abs().sum() == 0
+
+
+def test_speculator_heads_are_not_sharded(monkeypatch, model_dir):
+    """Heads are replicated: --draft-tp N with a speculator directory is refused."""
+    import specdec.llm
+
+    class FakeGroup:  # two ranks; a failure is raised as it is
+        def fail(self, err):
+            return err
+
+    monkeypatch.setattr(specdec.llm, "init_tensor_parallel", lambda tp, device: FakeGroup())
+    spec = str(model_dir / "speculators" / "target-tables")
+    with pytest.raises(InvalidParameterError, match="use --draft-tp 1"):
+        specdec.llm.LLM(str(model_dir), draft=spec, dtype="fp32", tp=2, draft_tp=2)

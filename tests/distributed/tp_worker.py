@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import sys
 import time
@@ -96,9 +97,107 @@ def scenarios(tp, model_dir: str | None = None) -> dict:
     out["sampled/draft-sharded"] = run(sharded_drafter, 4, sampled)
     # No seed: rank 0 draws one for every rank (compared across ranks, not with 1 process).
     out["unseeded"] = run(model_drafter, 2, SamplingParams(temperature=1.0, max_tokens=N))
+    out["speculator/scripted-tree"] = scripted_tree(target, build("qwen2", None), tp)
     if model_dir is not None:
         out["cli"] = cli_lines(model_dir, tp)
+        out |= speculator_runs(model_dir, tp)
     return out
+
+
+# -- speculator heads ------------------------------------------------------------------------
+
+SPECULATORS = {  # saved by `save_speculators` under MODEL_DIR/speculators/NAME
+    "target-tables": {},  # the target's embedding and (gathered) vocabulary head
+    "own-tables": dict(reuse_target=False, inner_dim=32),
+}
+SPEC_TREE = "3,2,2"
+
+
+def save_speculators(model_dir: str) -> None:
+    """Random (perturbed: adapters start at zero) speculators for the model in `model_dir`."""
+    from specdec.models.loading import load_transformer
+    from specdec.speculator import build_speculator
+
+    target = load_transformer(model_dir, "fp32")
+    for name, options in SPECULATORS.items():
+        spec = build_speculator(target, n_predict=3, **options)
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for p in spec.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+        spec.save(Path(model_dir) / "speculators" / name)
+
+
+def speculator_runs(model_dir: str, tp) -> dict:
+    """Saved speculator heads through `LLM(..., tp=N)`, chains and trees, greedy: the
+    completions, their step counts and every proposal the heads made (the heads must see
+    the same states and tables as in one process to propose the same tokens)."""
+    from specdec.llm import LLM
+
+    out = {}
+    for name in SPECULATORS:
+        for tree in (None, SPEC_TREE):
+            llm = LLM(
+                model_dir,
+                draft=str(Path(model_dir) / "speculators" / name),
+                dtype="fp32",
+                speculate=3,
+                acceptor="greedy" if tree else "rejection",
+                tree=tree,
+                tp=1 if tp is None else tp.world_size,
+            )
+            method = "propose_tree" if tree else "propose_greedy"
+            proposals = []
+            propose = getattr(llm.speculator, method)
+
+            def recording(*args, propose=propose, proposals=proposals, tree=tree):
+                result = propose(*args)
+                proposals.append(result[0] if tree else result)  # paths [B, P, n] / [B, n]
+                return result
+
+            setattr(llm.speculator, method, recording)
+            greedy = SamplingParams(temperature=0, max_tokens=N, ignore_eos=True)
+            done = llm.engine.generate(PROMPTS, greedy)
+            out[f"speculator/{name}/{'tree' if tree else 'chain'}"] = {
+                "tokens": [c.token_ids for c in done],
+                "steps": [c.stats.steps for c in done],
+                "accepted": [c.stats.accepted for c in done],
+                "proposals": proposals,
+            }
+    return out
+
+
+def scripted_tree(target, whole, tp) -> dict:
+    """Scripted tree heads (tests/equivalence/test_speculator_tree.py) over the sharded
+    target: they locate the state `observe` gave them among the one-process model's
+    states (so it must be the whole hidden state, on every rank) and put the true
+    continuation second at every level, so the accepted path is never the first nodes
+    and the KV compaction is exercised at every step."""
+    from equivalence.test_speculator_tree import HEADS, TREE, ScriptedTreeSpeculator
+
+    from specdec.drafters import SpeculatorDrafter
+
+    greedy = SamplingParams(temperature=0, max_tokens=N)
+    plain = Engine(whole, tiny_tokenizer(), frozenset()).generate(PROMPTS, greedy)
+    refs = [c.token_ids for c in plain]
+    spec = ScriptedTreeSpeculator(whole, PROMPTS, refs, lambda i: True)
+    engine = Engine(
+        target,
+        tiny_tokenizer(),
+        frozenset(),
+        8,
+        lambda b, n: SpeculatorDrafter(spec, b, tree=TREE),
+        GreedyAcceptor(),
+        shared_window(FixedWindow(5), tp),
+        max_tree_nodes=math.prod(TREE) * HEADS,
+    )
+    done = engine.generate(PROMPTS, greedy)
+    return {
+        "tokens": [c.token_ids for c in done],
+        "refs": refs,
+        "steps": [c.stats.steps for c in done],
+        "calls": spec.calls,
+    }
 
 
 def cli_lines(model_dir: str, tp) -> list[dict]:
@@ -174,6 +273,8 @@ def main() -> int:
 def _same(a, b) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, torch.Tensor):
         return torch.equal(a, b)
     return a == b

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from specdec.cost_model import AdaptiveWindow, expected_tokens
+from specdec.cost_model import AdaptiveWindow, CostModel, expected_tokens
 
 
 def simulate(a: float, c: float, verify, steps: int = 400, rows: int = 1, seed: int = 0):
@@ -69,3 +69,11 @@ def test_turns_speculation_off_when_verify_is_compute_bound():
     chosen, rate = simulate(0.8, 0.2, lambda t: 1.0 * t, rows=16)
     assert chosen.count(0) > 0.9 * len(chosen)
     assert rate > 0.95
+
+
+def test_a_falling_curve_extrapolated_to_zero_predicts_nothing():
+    # Noisy wall times: v(2) below v(1), whose extension reaches zero by k = 4. With a free
+    # drafter (n-gram) such a window would cost nothing: no prediction, not a division by 0.
+    costs = CostModel.measured(1, {0: 0.010, 1: 0.012, 2: 0.006}, 0.0)
+    assert costs.predict(1, [1.0], 4) is None
+    assert costs.best_window(1, [1.0], 8)[0] in (1, 2)
