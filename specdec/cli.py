@@ -122,6 +122,13 @@ def _train_speculator_args(sub) -> None:
     p.add_argument("--heads", type=int, default=3, help="tokens drafted per step")
     p.add_argument("--stage1-steps", type=int, default=1000, help="steps on ground-truth text")
     p.add_argument("--stage2-steps", type=int, default=500, help="steps on target outputs")
+    p.add_argument(
+        "--stage1-data-steps",
+        type=int,
+        default=None,
+        help="stage-1 steps on fresh text (default: all); later steps cycle over their "
+        "target states, cached on disk",
+    )
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256, help="tokens per stage-1 row")
     p.add_argument("--lr", type=float, default=1e-3)
@@ -355,6 +362,7 @@ def cmd_train_speculator(args) -> None:
     cfg = TrainConfig(
         heads=args.heads,
         stage1_steps=args.stage1_steps,
+        stage1_data_steps=args.stage1_data_steps,
         stage2_steps=args.stage2_steps,
         batch_size=args.batch_size,
         seq_len=args.seq_len,

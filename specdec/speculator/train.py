@@ -48,6 +48,10 @@ ROLES |= {"bing": "assistant", "bard": "assistant", "assistant": "assistant", "s
 class TrainConfig:
     heads: int = 3  # n_predict: tokens proposed per step
     stage1_steps: int = 1000  # teacher-forced steps on ground-truth text
+    # Steps of fresh text (None: all of them). Their target states are cached on disk and
+    # later stage-1 steps cycle over them: a heads-only step costs a small fraction of the
+    # target pass, so on a slow machine epochs over cached states buy far more training.
+    stage1_data_steps: int | None = None
     stage2_steps: int = 500  # steps on the target's own continuations
     batch_size: int = 8  # rows per step
     seq_len: int = 256  # tokens per stage-1 row
@@ -79,6 +83,10 @@ class TrainConfig:
         check(self.heads >= 1, f"heads must be >= 1, got {self.heads}")
         check(self.stage1_steps >= 0 and self.stage2_steps >= 0, "steps must be >= 0")
         check(self.batch_size >= 1, "batch_size must be >= 1")
+        check(
+            self.stage1_data_steps is None or self.stage1_data_steps >= 1,
+            f"stage1_data_steps must be >= 1, got {self.stage1_data_steps}",
+        )
         check(self.seq_len >= self.heads + 3, f"seq_len must be >= heads + 3 = {self.heads + 3}")
         check(self.checkpoint_every >= 1 and self.log_every >= 1, "intervals must be >= 1")
         check(self.stage2_max_tokens >= self.heads + 1, "stage2_max_tokens must exceed heads")
@@ -448,13 +456,35 @@ class SpeculatorTrainer:
         if state is not None:
             stream.restore(state["data"])
 
+        fresh = cfg.stage1_data_steps or cfg.stage1_steps
+        cache = self.out / "stage1" if fresh < cfg.stage1_steps else None
+
         def next_batch(step: int):
-            tokens = stream.next_batch().to(self.device)  # [B, T]
-            return self.states(tokens), tokens, torch.ones_like(tokens, dtype=torch.bool)
+            tokens, hidden = self._stage1_batch(stream, step % fresh, cache)
+            return hidden, tokens, torch.ones_like(tokens, dtype=torch.bool)
 
         self._train(spec, 1, cfg.stage1_steps, cfg.lr, state, next_batch, lambda: stream.position)
         # Stage 2 starts from these heads with a fresh optimizer.
         self.save_checkpoint(spec, self._optimizer(spec, cfg.stage2_lr, None), 2, 0, 0)
+
+    def _stage1_batch(self, stream: PackedStream, index: int, cache: Path | None):
+        """Tokens `[B, T]` and the target's states `[B, T, E]` of fresh-text batch `index`:
+        from `cache` when an earlier epoch stored them, else the next rows of the stream
+        (stored there when caching)."""
+        from safetensors.torch import load_file, save_file
+
+        file = None if cache is None else cache / f"batch-{index:06d}.safetensors"
+        if file is not None and file.is_file():
+            saved = load_file(str(file))
+            return saved["tokens"].to(self.device), saved["hidden"].to(self.device)
+        tokens = stream.next_batch().to(self.device)  # [B, T]
+        hidden = self.states(tokens)  # [B, T, E]
+        if file is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_suffix(".tmp")
+            save_file({"tokens": tokens.cpu(), "hidden": hidden.cpu().contiguous()}, str(tmp))
+            tmp.rename(file)
+        return tokens, hidden
 
     def stage2(self, spec, state: dict | None) -> None:
         cfg = self.cfg

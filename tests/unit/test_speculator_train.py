@@ -180,3 +180,46 @@ def test_cli_train_then_generate_with_the_heads(tmp_path, capsys):
     tree = json.loads(capsys.readouterr().out)
     assert tree["token_ids"] == plain["token_ids"]
     assert tree["spec"]["drafted_tokens"] > 0
+
+
+def test_stage1_epochs_over_cached_states(target, tmp_path, monkeypatch):
+    """stage1_data_steps: the target runs only for the fresh-text steps; later steps cycle
+    over their cached states, and a run cut in the cycling phase resumes bit-exactly."""
+    tok = tiny_tokenizer()
+    docs = corpus_docs(60)
+    cfg = _cfg(
+        stage1_steps=30, stage1_data_steps=10, stage2_steps=0, checkpoint_every=10,
+        log_every=5, eval_prompts=0,
+    )  # fmt: skip
+    target_passes = {"n": 0}
+    real_states = train_mod.TargetStates.__call__
+
+    def counting(self, *args, **kwargs):
+        target_passes["n"] += 1
+        return real_states(self, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod.TargetStates, "__call__", counting)
+    whole = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "whole", cfg).run()
+    assert target_passes["n"] == 10
+    assert len(list((tmp_path / "whole" / "stage1").glob("batch-*.safetensors"))) == 10
+    rows = [r for r in _log(tmp_path / "whole") if "loss" in r]
+    assert rows[-1]["step"] == 30 and rows[-1]["loss"] < rows[0]["loss"]
+
+    calls = {"n": 0}
+    real = train_mod.head_losses
+
+    def crash_at_step_25(*args):
+        calls["n"] += 1
+        if calls["n"] > 25:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(train_mod, "head_losses", crash_at_step_25)
+    with pytest.raises(KeyboardInterrupt):
+        SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "cut", cfg).run()
+    monkeypatch.setattr(train_mod, "head_losses", real)
+    target_passes["n"] = 0
+    resumed = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "cut", cfg).run()
+    assert target_passes["n"] == 0  # steps 21-30 read the cache
+    for a, b in zip(whole.parameters(), resumed.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
