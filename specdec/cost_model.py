@@ -77,6 +77,7 @@ class CostModel:
 
     verify_s: dict[int, dict[int, float]] = field(default_factory=dict)  # rows -> {T: s}
     draft_step_s: dict[int, float] = field(default_factory=dict)  # rows -> s per draft token
+    _seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, T) -> passes timed
 
     @classmethod
     def measured(cls, rows: int, verify_curve: dict[int, float], draft_step_s: float) -> CostModel:
@@ -89,16 +90,26 @@ class CostModel:
         )
 
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
+        """A running average, except that the second pass of a shape replaces the first
+        when faster: the first call of a shape pays one-off setup, and on a shared machine
+        a neighbour only ever adds time (one slow plain step would make every window
+        look better than it is, for the whole run)."""
         table = self.verify_s.setdefault(rows, {})
-        table[tokens_per_row] = _blend(table.get(tokens_per_row), seconds)
+        seen = self._seen.get((rows, tokens_per_row), 0)
+        old = table.get(tokens_per_row)
+        if seen == 1 and old is not None and seconds < old:
+            table[tokens_per_row] = seconds
+        else:
+            table[tokens_per_row] = _blend(old, seconds)
+        self._seen[(rows, tokens_per_row)] = seen + 1
+
+    def timed(self, rows: int, tokens_per_row: int) -> int:
+        """How many passes of this shape have been timed."""
+        return self._seen.get((rows, tokens_per_row), 0)
 
     def observe_draft(self, rows: int, k: int, seconds: float) -> None:
         if k > 0:
             self.draft_step_s[rows] = _blend(self.draft_step_s.get(rows), seconds / k)
-
-    def measured_at(self, rows: int, tokens_per_row: int) -> bool:
-        """Whether a pass of this shape has been timed (not estimated from others)."""
-        return tokens_per_row in self.verify_s.get(rows, {})
 
     def widest_measured(self, rows: int) -> int:
         """The most tokens per row of a timed pass at `rows` (0: none yet)."""
@@ -158,8 +169,8 @@ class AdaptiveWindow:
     """`--speculate auto`: picks k each step from measured acceptance and costs, and checks
     that what it picked pays.
 
-    - Plain decoding first (k = 0, once per batch size): the step every window is priced
-      against.
+    - Plain decoding first (k = 0, two steps per batch size, the faster kept): the step
+      every window is priced against.
     - The window grows from k = 1: each step takes `best_window` over windows at most
       twice as wide as the widest pass timed at this batch size (k + 1 <= 2 * widest), so
       a wider window is only tried once the model, with costs it has measured, predicts
@@ -231,7 +242,7 @@ class AdaptiveWindow:
         ]
 
     def choose(self, rows: int) -> int:
-        if not self.costs.measured_at(rows, 1):  # a plain pass at this batch size, once
+        if self.costs.timed(rows, 1) < 2:  # plain passes at this batch size: the reference
             return 0
         if self._off:  # the guard saw speculation lose: plain decoding for a while
             self._off -= 1

@@ -174,7 +174,8 @@ def test_guard_backs_off_when_speculation_realises_less_than_plain():
     tokens per second than the measured plain step switch speculation off for `backoff`
     steps (no probes), twice as long when it trips again, reset once a check passes."""
     w = AdaptiveWindow(k_max=4, guard_steps=4, backoff=5)
-    w.observe(1, 0, 1.0, 0.0, [], [])  # plain: 1 s per token
+    for _ in range(2):  # plain: 1 s per token
+        w.observe(1, 0, 1.0, 0.0, [], [])
 
     def check(seconds, accepted):  # guard_steps steps of k = 2
         for _ in range(w.guard_steps):
@@ -197,3 +198,17 @@ def test_guard_backs_off_when_speculation_realises_less_than_plain():
     check(seconds=1.0, accepted=1)  # passes: the next back-off is short again
     check(seconds=2.0, accepted=0)
     assert off_for() == 5
+
+
+def test_plain_reference_is_the_faster_of_two_steps():
+    """One slow first plain step (a kernel's first call, a neighbour) must not make every
+    window look better than it is: two plain steps per batch size, the faster kept."""
+    w = AdaptiveWindow()
+    assert w.choose(2) == 0
+    w.observe(2, 0, 3.0, 0.0, [], [])
+    assert w.choose(2) == 0
+    w.observe(2, 0, 1.0, 0.0, [], [])
+    assert w.costs.verify_time(2, 1) == 1.0
+    assert w.choose(2) == 1  # then the cheapest window that times the drafter
+    w.observe(2, 0, 2.0, 0.0, [], [])  # later passes: a running average
+    assert w.costs.verify_time(2, 1) == pytest.approx(1.2)
