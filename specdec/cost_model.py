@@ -179,8 +179,9 @@ class AdaptiveWindow:
     - A window only wins if it is predicted to be `margin` faster than plain decoding, so
       noise does not make speculation hurt. Every `probe_every` steps it tries a window
       two longer than its choice (k = 1 when speculation is off, twice as long a wait
-      after each probe that leaves it off), so acceptance that recovers and costs that
-      change are noticed without paying for long or frequent probes.
+      after each probe that leaves it off, and none while even a drafter that is always
+      right could not pay), so acceptance that recovers and costs that change are
+      noticed without paying for long or frequent probes.
     - A guard checks what speculation realised, whatever the model predicted: over each
       `guard_steps` speculative steps, the plain-decoding seconds of the tokens they
       emitted (tokens per row x the measured plain step) over the seconds they took. Below
@@ -262,9 +263,14 @@ class AdaptiveWindow:
         # cheapest step that still measures whether the first draft token is accepted;
         # each probe that finds it still off doubles the wait for the next).
         self._since_probe = 0
-        if not k:
-            self._probe_gap = min(2 * self._probe_gap, self.MAX_BACKOFF)
-        return min(reach, k + 2) if k else 1
+        if k:
+            return min(reach, k + 2)
+        self._probe_gap = min(2 * self._probe_gap, self.MAX_BACKOFF)
+        # No probe where even a drafter that is always right could not pay with the costs
+        # measured at this batch size (a compute-bound batch): acceptance is not the
+        # question there, and a probe would only cost.
+        ceiling = self.costs.best_window(rows, [1.0], reach)[1]
+        return 1 if ceiling > 1 + self.margin else 0
 
     def observe(
         self,

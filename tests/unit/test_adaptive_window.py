@@ -212,3 +212,20 @@ def test_plain_reference_is_the_faster_of_two_steps():
     assert w.choose(2) == 1  # then the cheapest window that times the drafter
     w.observe(2, 0, 2.0, 0.0, [], [])  # later passes: a running average
     assert w.costs.verify_time(2, 1) == pytest.approx(1.2)
+
+
+def test_no_probes_where_a_perfect_drafter_could_not_pay():
+    """Batch 16 as measured here (v(1) = 1.46, c = 0.54): two tokens for 2.0 plain steps
+    even if every draft is kept. One k = 1 step shows it; no probe follows."""
+    chosen = []
+
+    class Recording(AdaptiveWindow):
+        def choose(self, rows):
+            chosen.append(super().choose(rows))
+            return chosen[-1]
+
+    system = dict(a=0.6, c=0.54, verify=lambda t, ctx: 1 + 0.46 * (t - 1), rows=16)
+    assert generate(Recording, tokens=256, seeds=[0], **system) > 0.98 * generate(
+        fixed(0), tokens=256, seeds=[0], **system
+    )
+    assert sum(k > 0 for k in chosen) == 1
