@@ -3,7 +3,9 @@
 One implementation serves `--speculate auto` and the benchmarks' predictions:
 
 - `CostModel` keeps running averages of the measured seconds of a verify pass of T tokens
-  per row and of one drafter step, per batch size, and interpolates between measured T.
+  per row, per batch size (rows), and of one drafter step per row count; it interpolates
+  between measured T and, for a batch size not measured yet, borrows the measurements of
+  others keyed by total new tokens (weights are read once per pass, whatever the split).
 - `expected_tokens(alpha, k)`: tokens one step emits when draft position i is accepted with
   conditional probability alpha[i]: 1 + sum_i prod_{j<=i} alpha[j] (DESIGN.md's formula is
   the special case of equal alphas).
@@ -65,14 +67,17 @@ def _interpolate(table: dict[int, float], x: int) -> float | None:
 class CostModel:
     """Measured seconds, keyed by what drives them.
 
-    A verify pass costs about the same for the same number of new tokens however they
-    split into rows (weights are read once per pass; the matmuls see rows * T rows), so its
-    table is keyed by total tokens and what one batch size measures serves the others. A
-    draft step is keyed by rows (one token per row).
+    A verify pass is keyed by (rows, tokens per row): at a short context its cost depends
+    on the total new tokens however they split into rows (weights are read once per pass,
+    the matmuls see rows * T rows), but attention reads every row's cached keys, so at a
+    long context four rows of one token cost more than one row of four. A batch size not
+    measured yet borrows the others' points by total tokens, scaled to what it did measure.
+    A draft step is keyed by rows (one token per row).
     """
 
-    verify_s: dict[int, float] = field(default_factory=dict)  # total new tokens -> s
+    verify_s: dict[int, dict[int, float]] = field(default_factory=dict)  # rows -> {T: s}
     draft_step_s: dict[int, float] = field(default_factory=dict)  # rows -> s per draft token
+    _seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, T) -> passes timed
 
     @classmethod
     def measured(cls, rows: int, verify_curve: dict[int, float], draft_step_s: float) -> CostModel:
@@ -80,22 +85,52 @@ class CostModel:
         maps k to the seconds of a pass of k+1 tokens per row (k = 0 is a plain step),
         `draft_step_s` is one draft token per row (0 for a free drafter such as n-gram)."""
         return cls(
-            verify_s={rows * (k + 1): s for k, s in verify_curve.items()},
+            verify_s={rows: {k + 1: s for k, s in verify_curve.items()}},
             draft_step_s={rows: draft_step_s},
         )
 
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
-        key = rows * tokens_per_row
-        self.verify_s[key] = _blend(self.verify_s.get(key), seconds)
+        """A running average, except that the second pass of a shape replaces the first
+        when faster: the first call of a shape pays one-off setup, and on a shared machine
+        a neighbour only ever adds time (one slow plain step would make every window
+        look better than it is, for the whole run)."""
+        table = self.verify_s.setdefault(rows, {})
+        seen = self._seen.get((rows, tokens_per_row), 0)
+        old = table.get(tokens_per_row)
+        if seen == 1 and old is not None and seconds < old:
+            table[tokens_per_row] = seconds
+        else:
+            table[tokens_per_row] = _blend(old, seconds)
+        self._seen[(rows, tokens_per_row)] = seen + 1
+
+    def timed(self, rows: int, tokens_per_row: int) -> int:
+        """How many passes of this shape have been timed."""
+        return self._seen.get((rows, tokens_per_row), 0)
 
     def observe_draft(self, rows: int, k: int, seconds: float) -> None:
         if k > 0:
             self.draft_step_s[rows] = _blend(self.draft_step_s.get(rows), seconds / k)
 
+    def widest_measured(self, rows: int) -> int:
+        """The most tokens per row of a timed pass at `rows` (0: none yet)."""
+        return max(self.verify_s.get(rows, {}), default=0)
+
     def verify_time(self, rows: int, tokens_per_row: int) -> float | None:
         """Seconds for one target pass of `tokens_per_row` tokens on each of `rows` rows;
         None before any measurement."""
-        return _interpolate(self.verify_s, rows * tokens_per_row)
+        own = self.verify_s.get(rows, {})
+        if tokens_per_row in own or len(own) >= 2:
+            return _interpolate(own, tokens_per_row)
+        by_total: dict[int, float] = {}
+        for r, table in sorted(self.verify_s.items(), key=lambda item: abs(item[0] - rows)):
+            for t, s in table.items():
+                by_total.setdefault(r * t, s)  # the nearest batch size's point wins
+        estimate = _interpolate(by_total, rows * tokens_per_row)
+        if own and estimate is not None:  # one point here: keep its level, borrow the shape
+            ((t0, s0),) = own.items()
+            at_t0 = _interpolate(by_total, rows * t0)
+            estimate = estimate * s0 / at_t0 if at_t0 else s0
+        return estimate
 
     def draft_time(self, rows: int) -> float | None:
         """Seconds for one draft token on each of `rows` rows."""
@@ -133,20 +168,34 @@ def predict_speedup(costs: CostModel, rows: int, alpha: list[float], k: int) -> 
 
 
 class AdaptiveWindow:
-    """`--speculate auto`: picks k each step from measured acceptance and costs.
+    """`--speculate auto`: picks k each step from measured acceptance and costs, and checks
+    that what it picked pays.
 
-    It first measures plain decoding (k = 0, once per batch size) and a few full windows
-    (k = k_max), then exploits `best_window`; costs measured at one batch size inform the
-    others through `CostModel`'s keying by total tokens. A window only wins if it is predicted to be
-    `margin` faster than plain decoding, so noise does not make speculation hurt. Every
-    `probe_every` steps it tries a window two longer than its choice (k = 1 when speculation
-    is off), so acceptance that recovers and costs that change are noticed without paying
-    for long probes.
+    - Plain decoding first (k = 0, two steps per batch size, the faster kept): the step
+      every window is priced against.
+    - The window grows from k = 1: each step takes `best_window` over windows at most
+      twice as wide as the widest pass timed at this batch size (k + 1 <= 2 * widest), so
+      a wider window is only tried once the model, with costs it has measured, predicts
+      it might pay. Where verification is compute-bound (a large batch) one cheap k = 1
+      step shows that speculation cannot pay; nothing wider is ever paid for.
+    - A window only wins if it is predicted to be `margin` faster than plain decoding, so
+      noise does not make speculation hurt. Every `probe_every` steps it tries a window
+      two longer than its choice (k = 1 when speculation is off, twice as long a wait
+      after each probe that leaves it off, and none while even a drafter that is always
+      right could not pay), so acceptance that recovers and costs that change are
+      noticed without paying for long or frequent probes.
+    - A guard checks what speculation realised, whatever the model predicted: over each
+      `guard_steps` speculative steps, the plain-decoding seconds of the tokens they
+      emitted (tokens per row x the measured plain step) over the seconds they took. Below
+      `floor`, speculation is off for `backoff` steps, twice as long each time it trips
+      again, back to `backoff` once a check passes at 1.0 or better.
 
     Acceptance per position is estimated from decayed counts (each step's counts weigh
     `decay` times the previous ones: a memory of about 1 / (1 - decay) steps), shrunk
     towards the pooled rate, so one unlucky rejection at batch 1 does not swing the window.
     """
+
+    MAX_BACKOFF = 512  # steps: even a window that keeps failing is retried now and then
 
     def __init__(
         self,
@@ -155,27 +204,40 @@ class AdaptiveWindow:
         margin: float = 0.03,
         decay: float = 0.98,
         prior_weight: float = 4.0,
-        explore_steps: int = 4,
+        guard_steps: int = 8,
+        floor: float = 0.97,
+        backoff: int = 32,
     ) -> None:
         self.k_max = k_max
         self.probe_every = probe_every
         self.margin = margin
         self.decay = decay
         self.prior_weight = prior_weight
+        self.guard_steps, self.floor, self.backoff = guard_steps, floor, backoff
         self.costs = CostModel()
         self._reached: list[float] = []  # decayed count of rows that tested position i
         self._kept: list[float] = []  # ... and that kept it
-        self.explore_steps = explore_steps
-        self._explored = 0  # full-window steps taken so far
         self._since_probe = 0
+        self._probe_gap = probe_every  # steps between probes (doubles while off)
+        self._saved = self._spent = 0.0  # guard: plain-step seconds emitted, seconds taken
+        self._checked = 0  # speculative steps since the guard's last check
+        self._off = 0  # steps left with speculation off (the guard tripped)
+        self._next_backoff = backoff
 
     @property
     def alpha(self) -> list[float]:
         """Conditional acceptance per draft position from decayed counts, shrunk towards
         the rate pooled over all positions: positions the window rarely reaches (it stays
         short when they look bad) borrow strength from the ones it reaches every step,
-        instead of staying at an arbitrary prior."""
-        pooled = (sum(self._kept) + 1) / (sum(self._reached) + 2)
+        instead of staying at an arbitrary prior.
+
+        The pooled rate is taken one standard error optimistic: after two rejections at
+        batch 1 (a 9% event at acceptance 0.7) the plain estimate, 0.25, would switch
+        speculation off for a whole probe interval; the optimistic one keeps trying k = 1
+        until the evidence is firm. At batch 16 one step's 16 rows make the bonus small."""
+        reached, kept = sum(self._reached), sum(self._kept)
+        pooled = (kept + 1) / (reached + 2)
+        pooled = min(1.0, pooled + (pooled * (1 - pooled) / (reached + 3)) ** 0.5)
         weight = self.prior_weight
         return [
             (kept + weight * pooled) / (reached + weight)
@@ -183,21 +245,34 @@ class AdaptiveWindow:
         ]
 
     def choose(self, rows: int) -> int:
-        if rows not in self.costs.verify_s:  # a plain pass of `rows` tokens, measured once
+        if self.costs.timed(rows, 1) < 2:  # plain passes at this batch size: the reference
             return 0
-        if self._explored < self.explore_steps:  # a few full windows: costs and acceptance
-            self._explored += 1
-            return self.k_max
-        k, speedup = self.costs.best_window(rows, self.alpha, self.k_max)
+        if self._off:  # the guard saw speculation lose: plain decoding for a while
+            self._off -= 1
+            return 0
+        if self.costs.draft_time(rows) is None or not self._reached:
+            return 1  # nothing drafted yet: the cheapest step that measures the drafter
+        reach = min(self.k_max, 2 * self.costs.widest_measured(rows) - 1)
+        k, speedup = self.costs.best_window(rows, self.alpha, reach)
         k = k if speedup > 1 + self.margin else 0
+        if k:
+            self._probe_gap = self.probe_every
         self._since_probe += 1
-        if self._since_probe < self.probe_every:
+        if self._since_probe < self._probe_gap:
             return k
         # Probe one step with a slightly longer window: cheap, and it refreshes the
         # estimates the current choice depends on (k = 1 while speculation is off: the
-        # cheapest step that still measures whether the first draft token is accepted).
+        # cheapest step that still measures whether the first draft token is accepted;
+        # each probe that finds it still off doubles the wait for the next).
         self._since_probe = 0
-        return min(self.k_max, k + 2) if k else 1
+        if k:
+            return min(reach, k + 2)
+        self._probe_gap = min(2 * self._probe_gap, self.MAX_BACKOFF)
+        # No probe where even a drafter that is always right could not pay with the costs
+        # measured at this batch size (a compute-bound batch): acceptance is not the
+        # question there, and a probe would only cost.
+        ceiling = self.costs.best_window(rows, [1.0], reach)[1]
+        return 1 if ceiling > 1 + self.margin else 0
 
     def observe(
         self,
@@ -218,6 +293,24 @@ class AdaptiveWindow:
         for i, (d, a) in enumerate(zip(drafted_at, accepted_at, strict=True)):
             self._reached[i] = self.decay * self._reached[i] + d
             self._kept[i] = self.decay * self._kept[i] + a
+        if k > 0:
+            self._guard(rows, verify_s + draft_s, 1 + sum(accepted_at) / rows)
+
+    def _guard(self, rows: int, seconds: float, tokens_per_row: float) -> None:
+        """Count one speculative step; every `guard_steps`, compare with plain decoding."""
+        self._saved += tokens_per_row * (self.costs.verify_time(rows, 1) or 0.0)
+        self._spent += seconds
+        self._checked += 1
+        if self._checked < self.guard_steps:
+            return
+        realised = self._saved / self._spent if self._spent > 0 else 1.0
+        self._saved = self._spent = 0.0
+        self._checked = 0
+        if realised < self.floor:
+            self._off = self._next_backoff
+            self._next_backoff = min(2 * self._next_backoff, self.MAX_BACKOFF)
+        elif realised >= 1.0:
+            self._next_backoff = self.backoff
 
 
 class FixedWindow:
