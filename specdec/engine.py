@@ -147,7 +147,8 @@ class Engine:
         self.max_batch = max_batch
         # drafter_factory(max_batch, max_len) -> Drafter: drafters size their state per batch.
         self.drafter_factory = drafter_factory
-        # Wall seconds spent admitting requests (target and draft prefills), over the
+        # Wall seconds spent admitting requests (the target's prefill; a draft model's is
+        # lazy, a catch-up inside the first speculative step), over the
         # engine's life: what the benchmarks subtract to time the decode phase alone.
         self.prefill_s = 0.0
         self.acceptor = acceptor or RejectionSampler()
@@ -301,10 +302,15 @@ class Engine:
         if not admitted:
             return []
         first_row = len(self.live)
+        prefill_started = time.perf_counter()
         tokens, hidden = self._prefill(admitted, first_row)
         now = time.perf_counter()
+        # The target's prefill alone (no cache allocation): a lazy draft's catch-up is
+        # priced from it until one is timed.
         lengths = [len(s.prompt_ids) for s in admitted]
-        self.window.observe_prefill(len(admitted), max(lengths), sum(lengths), now - started)
+        self.window.observe_prefill(
+            len(admitted), max(lengths), sum(lengths), now - prefill_started
+        )
         for seq, token in zip(admitted, tokens.tolist(), strict=True):
             seq.append(token, self.eos_ids, now)
         self.live.extend(admitted)
