@@ -14,6 +14,9 @@ One implementation serves `--speculate auto` and the benchmarks' predictions:
 - `predict_speedup` is the same prediction for one given k; the benchmarks call it (and
   `best_window`) with costs they measured up front (`CostModel.measured`), so their
   predicted figures and `auto`'s choices come from one formula.
+- `startup_pays` prices the one-off cost of starting to speculate with a draft model whose
+  prefill is lazy (rows not caught up need a catch-up pass over their history) against
+  what speculating would save over the tokens the rows still have to generate.
 """
 
 from __future__ import annotations
@@ -77,6 +80,13 @@ class CostModel:
 
     verify_s: dict[int, dict[int, float]] = field(default_factory=dict)  # rows -> {T: s}
     draft_step_s: dict[int, float] = field(default_factory=dict)  # rows -> s per draft token
+    # Start-up pricing (`startup_pays`): seconds per prompt token of the target's prefill
+    # (rows -> {tokens per row: s} of whole passes, and per token), of the draft's catch-up
+    # passes per token, and the draft's cost relative to the target's (None: unknown).
+    prefill_pass_s: dict[int, dict[int, float]] = field(default_factory=dict)
+    prefill_token_s: float | None = None
+    catch_up_token_s: float | None = None
+    draft_ratio: float | None = None
     _seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, T) -> passes timed
 
     @classmethod
@@ -110,6 +120,42 @@ class CostModel:
     def observe_draft(self, rows: int, k: int, seconds: float) -> None:
         if k > 0:
             self.draft_step_s[rows] = _blend(self.draft_step_s.get(rows), seconds / k)
+
+    def observe_prefill(self, rows: int, tokens_per_row: int, tokens: int, seconds: float) -> None:
+        """The target's prefill of `rows` prompts (`tokens_per_row` the longest, `tokens`
+        in all): a pass of many tokens per row, the start-up pricing's only view of how a
+        multi-token pass grows before any has been timed."""
+        if tokens <= 0:
+            return
+        table = self.prefill_pass_s.setdefault(rows, {})
+        table[tokens_per_row] = _blend(table.get(tokens_per_row), seconds)
+        self.prefill_token_s = _blend(self.prefill_token_s, seconds / tokens)
+
+    def observe_catch_up(self, tokens: int, seconds: float) -> None:
+        """A draft catch-up pass: `tokens` history tokens fed in `seconds`."""
+        if tokens > 0:
+            self.catch_up_token_s = _blend(self.catch_up_token_s, seconds / tokens)
+
+    def catch_up_time(self, tokens: int) -> float | None:
+        """Seconds for the draft to catch up on `tokens` history tokens: measured once a
+        catch-up has run, until then the target's prefill per token scaled by
+        `draft_ratio` (1 when unknown: a draft is rarely dearer than its target)."""
+        if self.catch_up_token_s is not None:
+            return tokens * self.catch_up_token_s
+        if self.prefill_token_s is None:
+            return None
+        return tokens * self.prefill_token_s * (self.draft_ratio or 1.0)
+
+    def startup_verify_time(self, rows: int, tokens_per_row: int) -> float | None:
+        """`verify_time`, except that while fewer than two pass widths are timed at `rows`
+        the target's prefill passes at `rows` serve as the far points of the curve: before
+        speculation starts only the plain step is timed, and a flat curve would promise
+        every window for free."""
+        own = self.verify_s.get(rows, {})
+        prefill = self.prefill_pass_s.get(rows, {})
+        if tokens_per_row in own or len(own) >= 2 or not own or not prefill:
+            return self.verify_time(rows, tokens_per_row)
+        return _interpolate({**prefill, **own}, tokens_per_row)
 
     def widest_measured(self, rows: int) -> int:
         """The most tokens per row of a timed pass at `rows` (0: none yet)."""
@@ -154,6 +200,57 @@ class CostModel:
             if speedup is not None and speedup > best:
                 best_k, best = k, speedup
         return best_k, best
+
+
+def startup_pays(
+    costs: CostModel,
+    rows: int,
+    alpha: list[float],
+    k: int,
+    catch_up_tokens: int,
+    remaining: int,
+) -> bool:
+    """Whether starting window k repays the draft's catch-up of `catch_up_tokens`.
+
+    The saving is `remaining` plain steps (the most tokens a row may still generate:
+    the batch decodes at least that long) times the fraction of each step speculation
+    saves, 1 - 1 / predicted speedup; the cost is `catch_up_time`. Costs not measured
+    yet are estimated: the draft step as `draft_ratio` plain steps, a pass of k + 1
+    tokens per row from the plain step and the prefill (`startup_verify_time`). True
+    when nothing is known to price the catch-up with (no prefill timed)."""
+    if catch_up_tokens <= 0 or k <= 0:
+        return True
+    cost = costs.catch_up_time(catch_up_tokens)
+    plain = costs.verify_time(rows, 1)
+    if cost is None or plain is None:
+        return True
+    draft = costs.draft_time(rows)
+    if draft is None:
+        draft = (costs.draft_ratio or 1.0) * plain
+    verify = costs.startup_verify_time(rows, k + 1)
+    step = k * draft + (verify if verify is not None else plain)
+    speedup = expected_tokens(alpha, k) * plain / step if step > 0 else 0.0
+    if speedup <= 1.0:
+        return False
+    return remaining * plain * (1 - 1 / speedup) > cost
+
+
+def relative_cost(draft_model, target_model) -> float | None:
+    """The draft's cost per token relative to the target's: the ratio of their weights
+    outside the embedding table and the vocabulary head (a prefill computes logits at
+    one position per row, so those barely count). None if either is not a model."""
+    sizes = []
+    for model in (draft_model, target_model):
+        if not hasattr(model, "named_parameters"):
+            return None
+        sizes.append(
+            sum(
+                p.numel()
+                for name, p in model.named_parameters()
+                if "embed_tokens" not in name and "lm_head" not in name
+            )
+        )
+    return sizes[0] / sizes[1] if sizes[1] else None
 
 
 def predict_speedup(costs: CostModel, rows: int, alpha: list[float], k: int) -> float | None:
@@ -244,7 +341,22 @@ class AdaptiveWindow:
             for kept, reached in zip(self._kept, self._reached, strict=True)
         ]
 
-    def choose(self, rows: int) -> int:
+    def prior_alpha(self) -> list[float]:
+        """`alpha`, or before anything was drafted the pooled prior it starts from."""
+        return self.alpha or [0.5 + (0.25 / 3) ** 0.5]
+
+    def choose(self, rows: int, catch_up: int = 0, remaining: int | None = None) -> int:
+        """k for the next step of `rows` rows. `catch_up`: draft tokens the drafter must
+        feed before it can draft (a lazy draft model's rows not caught up), `remaining`:
+        the most tokens a row may still generate; a window that needs a catch-up is only
+        started when `startup_pays` says the saving over `remaining` repays it."""
+        k = self._choose(rows)
+        if k and catch_up and remaining is not None:
+            if not startup_pays(self.costs, rows, self.prior_alpha(), k, catch_up, remaining):
+                return 0
+        return k
+
+    def _choose(self, rows: int) -> int:
         if self.costs.timed(rows, 1) < 2:  # plain passes at this batch size: the reference
             return 0
         if self._off:  # the guard saw speculation lose: plain decoding for a while
@@ -296,6 +408,19 @@ class AdaptiveWindow:
         if k > 0:
             self._guard(rows, verify_s + draft_s, 1 + sum(accepted_at) / rows)
 
+    def observe_prefill(self, rows: int, tokens_per_row: int, tokens: int, seconds: float) -> None:
+        """The target's prefill of admitted rows (see `CostModel.observe_prefill`)."""
+        self.costs.observe_prefill(rows, tokens_per_row, tokens, seconds)
+
+    def observe_catch_up(self, tokens: int, seconds: float) -> None:
+        """A lazy draft's catch-up pass, kept out of the draft step's cost and the guard:
+        a one-off price `choose` already weighed before starting."""
+        self.costs.observe_catch_up(tokens, seconds)
+
+    def set_draft_ratio(self, ratio: float | None) -> None:
+        """The draft's cost per token relative to the target's (`relative_cost`)."""
+        self.costs.draft_ratio = ratio
+
     def _guard(self, rows: int, seconds: float, tokens_per_row: float) -> None:
         """Count one speculative step; every `guard_steps`, compare with plain decoding."""
         self._saved += tokens_per_row * (self.costs.verify_time(rows, 1) or 0.0)
@@ -319,8 +444,17 @@ class FixedWindow:
     def __init__(self, k: int) -> None:
         self.k_max = k
 
-    def choose(self, rows: int) -> int:
+    def choose(self, rows: int, catch_up: int = 0, remaining: int | None = None) -> int:
         return self.k_max
 
     def observe(self, *args, **kwargs) -> None:
+        pass
+
+    def observe_prefill(self, *args) -> None:
+        pass
+
+    def observe_catch_up(self, *args) -> None:
+        pass
+
+    def set_draft_ratio(self, ratio: float | None) -> None:
         pass

@@ -20,7 +20,7 @@ import torch
 
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcceptor, Verdict
 from specdec.config import SamplingParams
-from specdec.cost_model import AdaptiveWindow, FixedWindow
+from specdec.cost_model import AdaptiveWindow, FixedWindow, relative_cost
 from specdec.drafters.base import Drafter
 from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.metrics import SpecStats
@@ -147,7 +147,8 @@ class Engine:
         self.max_batch = max_batch
         # drafter_factory(max_batch, max_len) -> Drafter: drafters size their state per batch.
         self.drafter_factory = drafter_factory
-        # Wall seconds spent admitting requests (target and draft prefills), over the
+        # Wall seconds spent admitting requests (the target's prefill; a draft model's is
+        # lazy, a catch-up inside the first speculative step), over the
         # engine's life: what the benchmarks subtract to time the decode phase alone.
         self.prefill_s = 0.0
         self.acceptor = acceptor or RejectionSampler()
@@ -301,8 +302,15 @@ class Engine:
         if not admitted:
             return []
         first_row = len(self.live)
+        prefill_started = time.perf_counter()
         tokens, hidden = self._prefill(admitted, first_row)
         now = time.perf_counter()
+        # The target's prefill alone (no cache allocation): a lazy draft's catch-up is
+        # priced from it until one is timed.
+        lengths = [len(s.prompt_ids) for s in admitted]
+        self.window.observe_prefill(
+            len(admitted), max(lengths), sum(lengths), now - prefill_started
+        )
         for seq, token in zip(admitted, tokens.tolist(), strict=True):
             seq.append(token, self.eos_ids, now)
         self.live.extend(admitted)
@@ -331,6 +339,10 @@ class Engine:
         self._cache = self.model.new_cache(rows, length)
         if self.drafter_factory is not None:
             self._drafter = self.drafter_factory(rows, length)
+            # A draft model's catch-up is priced from the target's prefill until timed.
+            self.window.set_draft_ratio(
+                relative_cost(getattr(self._drafter, "model", None), self.model)
+            )
 
     def _drop_finished(self) -> None:
         holders = [self._cache] if self._drafter is None else [self._cache, self._drafter]
@@ -341,12 +353,23 @@ class Engine:
         B, device = len(live), self.model.device
         params = [s.params for s in live]
         generators = [s.generator for s in live]
-        k = self.last_window = self.window.choose(B)
+        if drafter is not None and hasattr(drafter, "catch_up_tokens"):
+            # A lazy draft model must first catch up on rows it has not seen: the window
+            # only starts if the rows' remaining tokens repay that.
+            remaining = max(s.params.max_tokens - len(s.output_ids) for s in live)
+            k = self.window.choose(B, catch_up=drafter.catch_up_tokens(), remaining=remaining)
+        else:
+            k = self.window.choose(B)
+        self.last_window = k
         t0 = time.perf_counter()
+        catch_up_s = 0.0
         if drafter is None:
             draft = Draft.empty(B, device)
         else:  # at k = 0 a drafter proposes nothing but may keep its state in step
             draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
+            caught_up, catch_up_s = getattr(drafter, "last_catch_up", (0, 0.0))
+            if caught_up:  # a one-off: not the cost of a draft step
+                self.window.observe_catch_up(caught_up, catch_up_s)
             # A row's own window: never verify drafts past its max_tokens.
             remaining = torch.tensor([s.params.max_tokens - len(s.output_ids) for s in live])
             if isinstance(draft, TreeDraft):
@@ -385,7 +408,8 @@ class Engine:
                 seq.append(token, self.eos_ids, now)
                 if seq.finished:
                     break
-        self.window.observe(B, k, now - t1, t1 - t0, *_conditional_counts(accepted, draft))
+        draft_s = t1 - t0 - catch_up_s
+        self.window.observe(B, k, now - t1, draft_s, *_conditional_counts(accepted, draft))
 
     def _verify_chain(self, live, cache, draft, params, generators):
         """k+1 positions per row in one pass; returns the verdict and the hidden state

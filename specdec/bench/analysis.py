@@ -8,7 +8,8 @@ Two speedups over plain decoding of the same group:
   sees; the issue's "auto >= 0.97x plain" is checked on it.
 - `decode_speedup`: decode phase only (wall time less prefill). The cost model predicts
   this one (it prices target and draft steps, not the prefill), so predicted vs measured
-  compares like with like.
+  compares like with like. The draft's prefill is lazy (a catch-up pass at the first
+  step that speculates), so it is timed in the decode phase, not in `prefill_s`.
 - `cpu_speedup`: end to end in this process's CPU seconds; on a shared machine with
   `--threads 1` it is what wall time would show on a quiet one.
 

@@ -34,11 +34,20 @@ class SharedWindow:
     def k_max(self) -> int:
         return self.inner.k_max
 
-    def choose(self, rows: int) -> int:
-        return self.group.broadcast_int(self.inner.choose(rows))
+    def choose(self, rows: int, catch_up: int = 0, remaining: int | None = None) -> int:
+        return self.group.broadcast_int(self.inner.choose(rows, catch_up, remaining))
 
     def observe(self, *args, **kwargs) -> None:
         self.inner.observe(*args, **kwargs)
+
+    def observe_prefill(self, *args) -> None:
+        self.inner.observe_prefill(*args)
+
+    def observe_catch_up(self, *args) -> None:
+        self.inner.observe_catch_up(*args)
+
+    def set_draft_ratio(self, ratio: float | None) -> None:
+        self.inner.set_draft_ratio(ratio)
 
 
 def shared_window(

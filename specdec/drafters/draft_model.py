@@ -4,10 +4,18 @@ Its KV cache follows the committed history minus tokens it has not seen yet (`pe
 normally just the target's newest token, but when all k drafts were accepted also the last
 draft token, which was sampled and never fed. The first draft forward of a step therefore
 takes one or two tokens per row (a ragged batch), the next k-1 take one each.
+
+The prefill is lazy: `admit` only queues a new row's whole history as pending, and steps
+with k = 0 only append to it, so a run that never speculates never runs the draft model.
+The first step with k > 0 catches the rows up (`_catch_up`): one ragged pass over the
+rows whose pending history is long, feeding all but its last token, which the step's
+first draft forward then takes like any other. `--speculate auto` prices that pass before
+it starts (`catch_up_tokens`, `last_catch_up`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import torch
@@ -54,33 +62,56 @@ class DraftModelDrafter:
         self._k = 0  # window of the current step
         self._draft = torch.zeros(0, 0, dtype=torch.long)  # [B, k] tokens of the current step
         self._start = torch.zeros(0, dtype=torch.long)  # [B] cache lengths before the step
+        # (tokens, seconds) of the latest step's catch-up pass ((0, 0.0): none): the engine
+        # takes it out of the step's draft time and prices the next start-up with it.
+        self.last_catch_up: tuple[int, float] = (0, 0.0)
 
     @property
     def rows(self) -> int:
         return len(self.pending)
 
-    @torch.inference_mode()
     def admit(self, histories: Sequence[Sequence[int]]) -> None:
-        """Prefill the new rows (all but each history's last token) into the next slots."""
-        start = self.rows
-        self.pending.extend([h[-1]] for h in histories)
-        tokens, lengths = right_pad([list(h[:-1]) for h in histories], self.model.device)
-        if int(lengths.max()) == 0:
+        """Queue the new rows' whole histories: nothing runs until a step speculates
+        (auto may never start, or a short generation may not repay the prefill)."""
+        self.pending.extend(list(h) for h in histories)
+
+    def catch_up_tokens(self) -> int:
+        """Tokens a step with k > 0 would feed now beyond the usual one or two per row:
+        the size of the catch-up pass that starting to speculate costs."""
+        return sum(len(p) - 1 for p in self.pending if len(p) > 2)
+
+    @torch.inference_mode()
+    def _catch_up(self) -> None:
+        """Feed all but the last pending token of each row whose pending history is long,
+        in one ragged pass over the rows from the first to the last of them (rows between
+        that are caught up take no tokens; padding writes to the cache's scratch slot)."""
+        behind = [row for row, p in enumerate(self.pending) if len(p) > 2]
+        self.last_catch_up = (0, 0.0)
+        if not behind:
             return
+        started = time.perf_counter()
+        lo, hi = behind[0], behind[-1] + 1
+        feed = [p[:-1] if len(p) > 2 else [] for p in self.pending[lo:hi]]
+        tokens, fed = right_pad(feed, self.model.device)  # [hi - lo, T], [hi - lo]
         self.model(
             tokens,
             self.cache,
-            num_new=lengths,
-            logits_at=torch.zeros(len(histories), 1, dtype=torch.long),
-            first_row=start,
+            num_new=fed,
+            logits_at=torch.zeros(hi - lo, 1, dtype=torch.long),
+            first_row=lo,
         )
+        for row in behind:
+            self.pending[row] = self.pending[row][-1:]
+        self.last_catch_up = (int(fed.sum()), time.perf_counter() - started)
 
     @torch.inference_mode()
     def propose(self, k, params, generators) -> Draft:
         B, device = self.rows, self.model.device
         self._k = k
+        self.last_catch_up = (0, 0.0)
         if k == 0:  # speculation is off this step: feed nothing, let pending grow
             return Draft.empty(B, device)
+        self._catch_up()
         self._start = self.cache.lengths[:B].clone()
         tokens, fed = right_pad(self.pending, device)
         temps = param_tensors(params, device)

@@ -123,7 +123,10 @@ def test_numbers_are_sane_and_outputs_those_of_one_process(tp_run, one_process):
             assert row["token_ids"] == reference[row["key"]]["token_ids"], row["key"]
         if row["temperature"] == 0:
             assert row["same_output_as_plain"] == 1.0, row["key"]
-        if row["window"] is not None:
+        if row["window"] == "auto" and not row["drafted_tokens"]:
+            # A self-draft's catch-up costs a whole prefill: auto may rightly never start.
+            assert row["acceptance_rate"] is None and row["mean_accepted_length"] == 1.0
+        elif row["window"] is not None:
             assert 0 <= row["acceptance_rate"] <= 1 and row["predicted_speedup"] > 0
     # The draft is the target itself: always right.
     assert next(r for r in ok if r["method"] == "draft-k2")["acceptance_rate"] == 1.0

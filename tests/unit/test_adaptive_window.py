@@ -237,3 +237,118 @@ def test_no_probes_where_a_perfect_drafter_could_not_pay():
         fixed(0), tokens=256, seeds=[0], **system
     )
     assert sum(k > 0 for k in chosen) == 1
+
+
+# ---- Starting to speculate with a lazy draft prefill ----------------------------------
+#
+# The draft model prefills nothing at admission: the first step with k > 0 first feeds it
+# every row's history (prompt + tokens so far), `ratio` times the target's prefill cost
+# per token. `generate_lazy` counts the whole request: the target's prefill, that
+# catch-up when auto starts, and every step.
+
+
+def generate_lazy(window, a, c, verify, rows, tokens, prompt, prefill, ratio, seeds=range(3)):
+    """Tokens per second, end to end, with a target prefill of `prefill` plain steps per
+    prompt token and a draft catch-up of `ratio * prefill` per history token; also how
+    many draft tokens the catch-ups fed."""
+    total_tokens, total_s, caught = 0, 0.0, 0
+    for seed in seeds:
+        rng = random.Random(seed)
+        w = window()
+        w.set_draft_ratio(ratio)
+        prefill_s = prefill * rows * prompt
+        w.observe_prefill(rows, prompt, rows * prompt, prefill_s)
+        total_s += prefill_s
+        done, behind = [1] * rows, True  # the prefill made each row's first token
+        while min(done) < tokens:
+            catch_up = rows * (prompt + done[0] - 1) if behind else 0
+            k = w.choose(rows, catch_up=catch_up, remaining=tokens - min(done))
+            if k and behind:
+                seconds = ratio * prefill * catch_up
+                w.observe_catch_up(catch_up, seconds)
+                total_s += seconds
+                caught += catch_up
+                behind = False
+            lengths = [min(k, max(0, tokens - n - 1)) for n in done]
+            reached, kept = [0] * k, [0] * k
+            for r in range(rows):
+                run, accepted = True, 0
+                for i in range(lengths[r]):
+                    if not run:
+                        break
+                    reached[i] += 1
+                    run = rng.random() < a
+                    kept[i] += run
+                    accepted += run
+                done[r] = min(tokens, done[r] + accepted + 1)
+            verify_s, draft_s = verify(k + 1, prompt + min(done)), c * k
+            w.observe(rows, k, verify_s, draft_s, reached, kept)
+            total_s += verify_s + draft_s
+        total_tokens += rows * tokens
+    return total_tokens / total_s, caught
+
+
+LAZY = {
+    # Batch 16 x 64-token prompts: compute-bound verify; the draft's prefill of 1024 tokens
+    # costs ~9 plain steps (4.8 s of 0.53 s steps as measured). Auto must not start.
+    "batch16-prompt64": dict(
+        a=0.6,
+        c=0.3,
+        verify=lambda t, ctx: 1 + 0.55 * (t - 1),
+        rows=16,
+        prompt=64,
+        prefill=0.028,
+        ratio=0.3,
+    ),
+    # Batch 4 x 1024: the draft's catch-up of 4096 tokens (~30 plain steps) is more than
+    # speculation saves over 64 tokens (~25 steps at best).
+    "batch4-prompt1024": dict(
+        a=0.7,
+        c=0.2,
+        verify=lambda t, ctx: 1 + 0.06 * (t - 1),
+        rows=4,
+        prompt=1024,
+        prefill=0.025,
+        ratio=0.3,
+    ),
+}
+
+
+@pytest.mark.parametrize("regime", sorted(LAZY))
+def test_auto_does_not_pay_a_catch_up_a_short_generation_cannot_repay(regime):
+    """64 tokens after a long (or wide) prefill: auto never starts the draft, so the run
+    costs what plain decoding costs (>= 0.99x, nothing fed to the draft)."""
+    system = LAZY[regime]
+    plain, _ = generate_lazy(fixed(0), tokens=64, **system)
+    auto, caught = generate_lazy(AdaptiveWindow, tokens=64, **system)
+    assert caught == 0
+    assert auto >= 0.99 * plain, auto / plain
+
+
+def test_auto_starts_when_the_generation_repays_the_catch_up():
+    """The batch-4 x 1024 system, but 1024 tokens to generate: the catch-up is a small
+    price for ~1000 steps of speculation, so auto starts early and gains."""
+    system = LAZY["batch4-prompt1024"]
+    plain, _ = generate_lazy(fixed(0), tokens=1024, **system)
+    auto, caught = generate_lazy(AdaptiveWindow, tokens=1024, **system)
+    assert caught > 0
+    assert auto >= 1.2 * plain, auto / plain
+
+
+def test_auto_starts_at_batch_1_with_a_short_prompt():
+    """Batch 1 x 64-token prompt, 64 tokens: the catch-up (64 draft tokens, ~0.5 plain
+    steps) is cheap, so the gain of the decode side is kept."""
+    system = dict(
+        a=0.7,
+        c=0.17,
+        verify=lambda t, ctx: 1 + 0.01 * (t - 1),
+        rows=1,
+        prompt=64,
+        prefill=0.025,
+        ratio=0.3,
+    )
+    plain, _ = generate_lazy(fixed(0), tokens=64, **system)
+    best, _ = max(generate_lazy(fixed(k), tokens=64, **system) for k in range(1, 9))
+    auto, caught = generate_lazy(AdaptiveWindow, tokens=64, **system)
+    assert caught > 0
+    assert auto >= 0.85 * best and auto >= 1.2 * plain, (auto / plain, best / plain)
