@@ -127,12 +127,9 @@ def test_trained_heads_are_lossless_and_accept(trained, target, tokenizer):
     assert tree > 0
 
 
-def test_resume_continues_at_the_checkpointed_step(target, tmp_path, monkeypatch):
-    tok = tiny_tokenizer()
-    docs = corpus_docs(60)
-    cfg = _cfg(stage1_steps=30, stage2_steps=0, checkpoint_every=10, log_every=5, eval_prompts=0)
-    whole = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "whole", cfg).run()
-
+def _run_cut_after_25_steps(target, tok, docs, out, cfg, monkeypatch):
+    """A run into `out` that crashes in its 26th step (the heads' loss raising), as a kill
+    would; the real loss is back in place when it returns."""
     calls = {"n": 0}
     real = train_mod.head_losses
 
@@ -144,10 +141,19 @@ def test_resume_continues_at_the_checkpointed_step(target, tmp_path, monkeypatch
 
     monkeypatch.setattr(train_mod, "head_losses", crash_at_step_25)
     with pytest.raises(KeyboardInterrupt):
-        SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "cut", cfg).run()
+        SpeculatorTrainer(target, tok, Corpus(docs, tok), out, cfg).run()
+    monkeypatch.setattr(train_mod, "head_losses", real)
+
+
+def test_resume_continues_at_the_checkpointed_step(target, tmp_path, monkeypatch):
+    tok = tiny_tokenizer()
+    docs = corpus_docs(60)
+    cfg = _cfg(stage1_steps=30, stage2_steps=0, checkpoint_every=10, log_every=5, eval_prompts=0)
+    whole = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "whole", cfg).run()
+
+    _run_cut_after_25_steps(target, tok, docs, tmp_path / "cut", cfg, monkeypatch)
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
     assert (state["stage"], state["step"]) == (1, 20)
-    monkeypatch.setattr(train_mod, "head_losses", real)
     resumed = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "cut", cfg).run()
     steps = [r["step"] for r in _log(tmp_path / "cut") if "loss" in r]
     assert steps == [5, 10, 15, 20, 25, 25, 30]  # steps 21-25 ran again after the crash
@@ -205,19 +211,7 @@ def test_stage1_epochs_over_cached_states(target, tmp_path, monkeypatch):
     rows = [r for r in _log(tmp_path / "whole") if "loss" in r]
     assert rows[-1]["step"] == 30 and rows[-1]["loss"] < rows[0]["loss"]
 
-    calls = {"n": 0}
-    real = train_mod.head_losses
-
-    def crash_at_step_25(*args):
-        calls["n"] += 1
-        if calls["n"] > 25:
-            raise KeyboardInterrupt
-        return real(*args)
-
-    monkeypatch.setattr(train_mod, "head_losses", crash_at_step_25)
-    with pytest.raises(KeyboardInterrupt):
-        SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "cut", cfg).run()
-    monkeypatch.setattr(train_mod, "head_losses", real)
+    _run_cut_after_25_steps(target, tok, docs, tmp_path / "cut", cfg, monkeypatch)
     target_passes["n"] = 0
     resumed = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "cut", cfg).run()
     assert target_passes["n"] == 0  # steps 21-30 read the cache
