@@ -87,6 +87,24 @@ def test_a_falling_curve_extrapolated_to_zero_predicts_nothing():
 # the same simulated system. Costs are in units of one plain step at the start.
 
 
+def one_step(rng, a, k, done, tokens):
+    """One step of window k on rows that have generated `done` of `tokens` each (updated
+    in place), each draft token accepted with probability a until the first rejection,
+    no row drafting past its end: the per-position counts (reached, kept)."""
+    reached, kept = [0] * k, [0] * k
+    for r, n in enumerate(done):
+        run, accepted = True, 0
+        for i in range(min(k, max(0, tokens - n - 1))):
+            if not run:
+                break
+            reached[i] += 1
+            run = rng.random() < a
+            kept[i] += run
+            accepted += run
+        done[r] = min(tokens, n + accepted + 1)
+    return reached, kept
+
+
 def generate(window, a, c, verify, rows=1, tokens=64, prompt=64, seeds=range(6)):
     """Tokens per second of `rows` requests of `tokens` each, summed over `seeds`: each
     step draws i.i.d. acceptance `a` per position and row, costs `c` per draft token and
@@ -99,19 +117,7 @@ def generate(window, a, c, verify, rows=1, tokens=64, prompt=64, seeds=range(6))
         done = [0] * rows
         while min(done) < tokens:
             k = w.choose(rows)
-            lengths = [min(k, max(0, tokens - n - 1)) for n in done]
-            reached, kept = [0] * k, [0] * k
-            for r in range(rows):
-                run = True
-                accepted = 0
-                for i in range(lengths[r]):
-                    if not run:
-                        break
-                    reached[i] += 1
-                    run = rng.random() < a
-                    kept[i] += run
-                    accepted += run
-                done[r] = min(tokens, done[r] + accepted + 1)
+            reached, kept = one_step(rng, a, k, done, tokens)
             context = prompt + sum(done) // rows
             verify_s, draft_s = verify(k + 1, context), c * k
             w.observe(rows, k, verify_s, draft_s, reached, kept)
@@ -269,18 +275,7 @@ def generate_lazy(window, a, c, verify, rows, tokens, prompt, prefill, ratio, se
                 total_s += seconds
                 caught += catch_up
                 behind = False
-            lengths = [min(k, max(0, tokens - n - 1)) for n in done]
-            reached, kept = [0] * k, [0] * k
-            for r in range(rows):
-                run, accepted = True, 0
-                for i in range(lengths[r]):
-                    if not run:
-                        break
-                    reached[i] += 1
-                    run = rng.random() < a
-                    kept[i] += run
-                    accepted += run
-                done[r] = min(tokens, done[r] + accepted + 1)
+            reached, kept = one_step(rng, a, k, done, tokens)
             verify_s, draft_s = verify(k + 1, prompt + min(done)), c * k
             w.observe(rows, k, verify_s, draft_s, reached, kept)
             total_s += verify_s + draft_s
