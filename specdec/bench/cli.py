@@ -197,12 +197,11 @@ def _open_store(out: Path, config: dict, tp) -> ResultStore:
 
 def _command(preset, args) -> str:
     """The command that measures exactly this sweep, every preset value spelled out."""
-    words = ["specdec", "bench"] + (["--quick"] if args.quick else [])
-    if args.tp > 1:
-        words = ["torchrun", "--nproc-per-node", str(args.tp), "-m", "specdec.cli", "bench"]
-        words += ["--quick"] if args.quick else []
-        words += ["--tp", str(args.tp)]
-        words += ["--draft-tp", str(args.draft_tp)] if args.draft_tp > 1 else []
+    launch = ["torchrun", "--nproc-per-node", str(args.tp), "-m", "specdec.cli"]
+    words = (launch if args.tp > 1 else ["specdec"]) + ["bench"]
+    words += ["--quick"] if args.quick else []
+    words += ["--tp", str(args.tp)] if args.tp > 1 else []
+    words += ["--draft-tp", str(args.draft_tp)] if args.draft_tp > 1 else []
     words += ["--model", preset.model, "--draft", preset.draft, "--dtype", args.dtype]
     words += ["--device", args.device] if args.device != "cpu" else []
     words += ["--draft-quant", args.draft_quant] if args.draft_quant else []

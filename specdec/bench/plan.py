@@ -27,9 +27,6 @@ _METHOD = re.compile(
     r"^(plain|draft-k\d+|draft-auto|ngram-auto|ngram-k\d+|heads-k\d+|heads-auto|heads-tree|"
     r"hf-generate|hf-assisted|llamacpp)$"
 )
-# Methods drafting with trained speculator heads (`--heads DIR`); heads-tree verifies a
-# candidate tree (`--heads-tree`) in one pass, its window being the tree's depth.
-HEADS = ("heads-k", "heads-auto", "heads-tree")
 
 
 @dataclass(frozen=True)

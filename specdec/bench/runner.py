@@ -241,10 +241,14 @@ class Runner:
         spec = self.speculator
         if spec is None:
             raise Skip("no speculator heads given (--heads)")
-        n = spec.config.n_predict
-        tree = self.heads_tree if point.window == "tree" else None
+        n, k = spec.config.n_predict, point.window
+        tree = self.heads_tree if k == "tree" else None
+        if k == "tree" and tree is None:
+            raise Skip("no candidate tree given (--heads-tree)")
         if tree is not None and len(tree) > n:
             raise Skip(f"--heads-tree has {len(tree)} levels, the heads draft {n} tokens")
+        if isinstance(k, int) and k > n:
+            raise Skip(f"k = {k} exceeds the {n} tokens the heads draft")
         device = self.llm.model.device
 
         def factory(max_batch: int, max_len: int) -> SpeculatorDrafter:
@@ -252,13 +256,8 @@ class Runner:
                 spec, max_batch, device, tree=tree, n_candidates=self.heads_candidates
             )
 
-        if point.window == "tree":
-            if tree is None:
-                raise Skip("no candidate tree given (--heads-tree)")
+        if tree is not None:
             return factory, build_window(len(tree), len(tree)), factory(1, 1).max_nodes
-        k = point.window
-        if isinstance(k, int) and k > n:
-            raise Skip(f"k = {k} exceeds the {n} tokens the heads draft")
         return factory, build_window(k, min(self.k_max, n)), 0
 
     def _engine_runner(self, point: Point, prompts, params) -> Callable:
