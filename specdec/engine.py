@@ -353,11 +353,12 @@ class Engine:
         B, device = len(live), self.model.device
         params = [s.params for s in live]
         generators = [s.generator for s in live]
+        remaining = [s.params.max_tokens - len(s.output_ids) for s in live]  # [B] tokens left
         if drafter is not None and hasattr(drafter, "catch_up_tokens"):
             # A lazy draft model must first catch up on rows it has not seen: the window
             # only starts if the rows' remaining tokens repay that.
-            remaining = max(s.params.max_tokens - len(s.output_ids) for s in live)
-            k = self.window.choose(B, catch_up=drafter.catch_up_tokens(), remaining=remaining)
+            catch_up = drafter.catch_up_tokens()
+            k = self.window.choose(B, catch_up=catch_up, remaining=max(remaining))
         else:
             k = self.window.choose(B)
         self.last_window = k
@@ -371,21 +372,21 @@ class Engine:
             if caught_up:  # a one-off: not the cost of a draft step
                 self.window.observe_catch_up(caught_up, catch_up_s)
             # A row's own window: never verify drafts past its max_tokens.
-            remaining = torch.tensor([s.params.max_tokens - len(s.output_ids) for s in live])
+            left = torch.tensor(remaining)  # [B]
             if isinstance(draft, TreeDraft):
                 if self.tree_acceptor is None:
                     raise InvalidParameterError(
                         f"{type(self.acceptor).__name__} verifies chains only: a tree drafter "
                         "needs the rejection or greedy acceptor (or a tree_acceptor)"
                     )
-                draft = draft.truncated(remaining - 1)
+                draft = draft.truncated(left - 1)
                 if int(draft.num_nodes.max()) > max(self.max_tree_nodes, k):
                     raise InvalidParameterError(
                         f"the drafter proposed a tree of {int(draft.num_nodes.max())} nodes: "
                         "give the Engine max_tree_nodes=drafter.max_nodes to reserve room"
                     )
             else:
-                draft = replace(draft, lengths=torch.minimum(draft.lengths, remaining - 1))
+                draft = replace(draft, lengths=torch.minimum(draft.lengths, left - 1))
         t1 = time.perf_counter()
         # Verify: the last committed token and the draft in one target pass; accept; roll
         # the cache back to the last committed token and the accepted drafts.

@@ -75,23 +75,26 @@ class DraftModelDrafter:
         (auto may never start, or a short generation may not repay the prefill)."""
         self.pending.extend(list(h) for h in histories)
 
+    def _behind(self) -> list[int]:
+        """Rows whose pending history is longer than a step's usual one or two tokens."""
+        return [row for row, p in enumerate(self.pending) if len(p) > 2]
+
     def catch_up_tokens(self) -> int:
         """Tokens a step with k > 0 would feed now beyond the usual one or two per row:
         the size of the catch-up pass that starting to speculate costs."""
-        return sum(len(p) - 1 for p in self.pending if len(p) > 2)
+        return sum(len(self.pending[row]) - 1 for row in self._behind())
 
     @torch.inference_mode()
     def _catch_up(self) -> None:
         """Feed all but the last pending token of each row whose pending history is long,
         in one ragged pass over the rows from the first to the last of them (rows between
         that are caught up take no tokens; padding writes to the cache's scratch slot)."""
-        behind = [row for row, p in enumerate(self.pending) if len(p) > 2]
-        self.last_catch_up = (0, 0.0)
+        behind = self._behind()
         if not behind:
             return
         started = time.perf_counter()
         lo, hi = behind[0], behind[-1] + 1
-        feed = [p[:-1] if len(p) > 2 else [] for p in self.pending[lo:hi]]
+        feed = [self.pending[row][:-1] if row in behind else [] for row in range(lo, hi)]
         tokens, fed = right_pad(feed, self.model.device)  # [hi - lo, T], [hi - lo]
         self.model(
             tokens,
