@@ -460,24 +460,28 @@ class SpeculatorTrainer:
         cache = self.out / "stage1" if fresh < cfg.stage1_steps else None
 
         def next_batch(step: int):
-            tokens, hidden = self._stage1_batch(stream, step % fresh, cache)
+            tokens, hidden = self._stage1_batch(stream, step, fresh, cache)
             return hidden, tokens, torch.ones_like(tokens, dtype=torch.bool)
 
         self._train(spec, 1, cfg.stage1_steps, cfg.lr, state, next_batch, lambda: stream.position)
         # Stage 2 starts from these heads with a fresh optimizer.
         self.save_checkpoint(spec, self._optimizer(spec, cfg.stage2_lr, None), 2, 0, 0)
 
-    def _stage1_batch(self, stream: PackedStream, index: int, cache: Path | None):
-        """Tokens `[B, T]` and the target's states `[B, T, E]` of fresh-text batch `index`:
-        from `cache` when an earlier epoch stored them, else the next rows of the stream
-        (stored there when caching)."""
+    def _stage1_batch(self, stream: PackedStream, step: int, fresh: int, cache: Path | None):
+        """Tokens `[B, T]` and the target's states `[B, T, E]` of stage-1 `step`, which uses
+        fresh-text batch `step % fresh`: from `cache` when stored there (an earlier epoch,
+        or a run cut after its checkpoint), else the next rows of the stream (stored there
+        when caching). A fresh-text step moves the stream on even when its batch is cached,
+        so the stream stays where a resumed checkpoint put it."""
         from safetensors.torch import load_file, save_file
 
-        file = None if cache is None else cache / f"batch-{index:06d}.safetensors"
-        if file is not None and file.is_file():
+        file = None if cache is None else cache / f"batch-{step % fresh:06d}.safetensors"
+        cached = file is not None and file.is_file()
+        tokens = stream.next_batch() if step < fresh or not cached else None  # [B, T]
+        if cached:
             saved = load_file(str(file))
             return saved["tokens"].to(self.device), saved["hidden"].to(self.device)
-        tokens = stream.next_batch().to(self.device)  # [B, T]
+        tokens = tokens.to(self.device)
         hidden = self.states(tokens)  # [B, T, E]
         if file is not None:
             cache.mkdir(parents=True, exist_ok=True)

@@ -217,3 +217,22 @@ def test_stage1_epochs_over_cached_states(target, tmp_path, monkeypatch):
     assert target_passes["n"] == 0  # steps 21-30 read the cache
     for a, b in zip(whole.parameters(), resumed.parameters(), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_stage1_cut_in_the_fresh_phase_resumes_bit_exactly(target, tmp_path, monkeypatch):
+    """Cut in step 26 of 28 fresh-text steps (its batch already cached), checkpoint at 20:
+    batches 20-25 are cached past the checkpoint. The resumed run reads them from the cache
+    and the stream still moves past them, so steps 26-27 see the text they would have, not
+    batches 20-21 again."""
+    tok = tiny_tokenizer()
+    docs = corpus_docs(60)
+    cfg = _cfg(
+        stage1_steps=30, stage1_data_steps=28, stage2_steps=0, checkpoint_every=10,
+        log_every=5, eval_prompts=0,
+    )  # fmt: skip
+    whole = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "whole", cfg).run()
+    _run_cut_after_25_steps(target, tok, docs, tmp_path / "cut", cfg, monkeypatch)
+    assert len(list((tmp_path / "cut" / "stage1").glob("batch-*.safetensors"))) == 26
+    resumed = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "cut", cfg).run()
+    for a, b in zip(whole.parameters(), resumed.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
