@@ -13,7 +13,9 @@ posted. A rank that dies without a word (killed) is reported as such at once, on
 hangs after the group's timeout (`SPECDEC_TP_TIMEOUT_S`, default 300 s). When rank 0
 fails, it raises its own error and leaves; the followers' collectives then fail and they
 exit. torchrun (`--max-restarts 0`, its default) stops the remaining workers once one
-exits with an error, so no rank is left waiting.
+exits with an error, so no rank is left waiting. That stop is a SIGTERM, which can reach
+rank 0 while it is still turning the broken collective into the follower's error: rank 0
+lets it finish (`_defer_termination`), within a few seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -224,7 +228,28 @@ def init_tensor_parallel(
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         owns = True
     _current = TPGroup(rank, world, device, store, timeout_s, owns_group=owns)
+    if rank == 0 and owns:
+        _defer_termination(GRACE_S + 3.0)
     return _current
+
+
+def _defer_termination(grace_s: float) -> None:
+    """Rank 0: a SIGTERM ends the process `grace_s` later instead of at once.
+
+    When a follower fails it posts its error and exits, and torchrun then stops the other
+    workers with SIGTERM, possibly while rank 0 is still reading that error to raise it
+    (racing it made rank 0 die without a word now and then). A SIGTERM from anyone else
+    still stops rank 0, within `grace_s`. Python runs the handler between bytecodes, so a
+    rank blocked in a collective takes it once the collective fails, as it does here."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_term(signum, frame) -> None:
+        timer = threading.Timer(grace_s, os._exit, args=(128 + signum,))
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, on_term)
 
 
 @contextlib.contextmanager
