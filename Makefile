@@ -7,7 +7,7 @@ TARGET ?= qwen2.5-coder-1.5b-instruct
 DRAFT ?= qwen2.5-coder-0.5b-instruct
 DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number, with a docstring.
 
-.PHONY: venv demo serve bench-serve test test-slow lint bench bench-quick bench-plain clean
+.PHONY: venv demo serve bench-serve test test-slow test-gpu lint bench bench-quick bench-plain clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The CUDA tier (tests/gpu): skipped without a GPU.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q tests/gpu
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check specdec tests scripts examples

@@ -385,8 +385,14 @@ class Engine:
                         f"the drafter proposed a tree of {int(draft.num_nodes.max())} nodes: "
                         "give the Engine max_tree_nodes=drafter.max_nodes to reserve room"
                     )
-            else:
-                draft = replace(draft, lengths=torch.minimum(draft.lengths, left - 1))
+            else:  # tokens and q on the target's device (a model-free drafter works on
+                # the host), lengths on the host, as the acceptors expect
+                draft = replace(
+                    draft,
+                    tokens=draft.tokens.to(device),
+                    probs=None if draft.probs is None else draft.probs.to(device),
+                    lengths=torch.minimum(draft.lengths.cpu(), left - 1),
+                )
         t1 = time.perf_counter()
         # Verify: the last committed token and the draft in one target pass; accept; roll
         # the cache back to the last committed token and the accepted drafts.

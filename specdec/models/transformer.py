@@ -107,7 +107,9 @@ class Attention(nn.Module):
         if mask is not None:  # [B, 1, T, S] -> [B, 1, G*T, S]
             mask = mask[:, :, None].expand(-1, -1, G, -1, -1).reshape(B, 1, G * T, -1)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        out = out.view(B, self.num_heads, T, self.head_dim)  # head h uses kv head h // G
+        # head h uses kv head h // G. reshape, not view: CUDA's SDPA kernels may return
+        # [B, Hkv, G*T, D] with strides that no view can split (a copy there, none on CPU).
+        out = out.reshape(B, self.num_heads, T, self.head_dim)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, q_size))
 
 
