@@ -30,40 +30,44 @@ WARMUP = 2  # unmeasured passes first: the first calls of a shape are slower
 def forward_seconds(
     model,
     rows: int,
-    tokens_per_row: int,
+    widths: tuple[int, ...],
     context: int,
     repeats: int = 3,
     work: Callable[[torch.Tensor], None] | None = None,
     clock: Callable[[], float] | None = None,
-) -> float:
-    """Seconds of one pass of `tokens_per_row` tokens on each of `rows` rows after
-    `context` committed positions (logits at every position, as a verify pass computes):
-    the fastest of `repeats`, since a neighbour on a shared machine only ever adds time.
-    `work(logits)` runs inside the timing: what a step does with the logits. `clock`:
-    `cost_clock(model)` unless given."""
-    cache = model.new_cache(rows, context + tokens_per_row + 1)
+) -> dict[int, float]:
+    """{T: seconds of one pass of T tokens on each of `rows` rows after `context`
+    committed positions} for every T in `widths` (logits at every position, as a verify
+    pass computes): the fastest of `repeats` for each, since a neighbour on a shared
+    machine only ever adds time. The widths take turns within each repeat, so a
+    neighbour's busy spell slows them alike instead of one width's whole series (timed
+    one width after the other, a plain step measured under load made wider passes look
+    cheaper than a plain step). `work(logits)` runs inside the timing: what a step does
+    with the logits. `clock`: `cost_clock(model)` unless given."""
+    cache = model.new_cache(rows, context + max(widths) + 1)
     cache.advance(torch.full((rows,), context, dtype=torch.long), slice(0, rows))
     start = cache.lengths[:rows].clone()
     vocab_limit = min(1000, model.config.vocab_size)
     clock = clock or cost_clock(model)
-    times = []
+    times: dict[int, list[float]] = {t: [] for t in widths}
     with torch.inference_mode():
         for i in range(WARMUP + repeats):
             # Seeded: the ranks of a tensor-parallel model must all feed the same tokens.
             seeded = torch.Generator().manual_seed(i)
-            tokens = torch.randint(0, vocab_limit, (rows, tokens_per_row), generator=seeded)
-            tokens = tokens.to(model.device)
-            if model.device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = clock()
-            logits = model(tokens, cache).logits  # [rows, tokens_per_row, V]
-            if work is not None:
-                work(logits)
-            logits[:, -1, 0].tolist()  # the host sync of a real step
-            if i >= WARMUP:
-                times.append(clock() - t0)
-            cache.truncate(start)
-    return min(times)
+            for tokens_per_row in widths:
+                tokens = torch.randint(0, vocab_limit, (rows, tokens_per_row), generator=seeded)
+                tokens = tokens.to(model.device)
+                if model.device.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = clock()
+                logits = model(tokens, cache).logits  # [rows, tokens_per_row, V]
+                if work is not None:
+                    work(logits)
+                logits[:, -1, 0].tolist()  # the host sync of a real step
+                if i >= WARMUP:
+                    times[tokens_per_row].append(clock() - t0)
+                cache.truncate(start)
+    return {t: min(ts) for t, ts in times.items()}
 
 
 def cost_clock(model) -> Callable[[], float]:
@@ -116,11 +120,12 @@ def measure_costs(
     ks = tuple(sorted(set(ks) | {0}))
     clock = cost_clock(target)  # the draft's too: c is a ratio of the two
     vwork = _verify_work(rows, target.device)
-    verify = {k: forward_seconds(target, rows, k + 1, context, repeats, vwork, clock) for k in ks}
+    widths = forward_seconds(target, rows, tuple(k + 1 for k in ks), context, repeats, vwork, clock)
+    verify = {k: widths[k + 1] for k in ks}
     draft_s = 0.0
     if draft is not None:
         dwork = _draft_work(rows, draft.device)
-        draft_s = forward_seconds(draft, rows, 1, context, repeats, dwork, clock)
+        draft_s = forward_seconds(draft, rows, (1,), context, repeats, dwork, clock)[1]
     return {
         "rows": rows,
         "context": context,

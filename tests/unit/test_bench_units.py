@@ -3,9 +3,10 @@
 import json
 
 import pytest
+import torch
 
 from specdec.bench.analysis import derive
-from specdec.bench.costs import cost_model
+from specdec.bench.costs import cost_model, forward_seconds
 from specdec.bench.plan import PRESETS, Point, build_points, check_methods, override
 from specdec.bench.results import ResultStore
 from specdec.cost_model import (
@@ -16,6 +17,46 @@ from specdec.cost_model import (
     predict_speedup,
 )
 from specdec.errors import InvalidParameterError
+
+# ----------------------------------------------------------------------------- costs
+
+
+class _Timeline:
+    """A fake model on a fake clock: a pass of T tokens per row costs 1 + 0.1 T, plus 5
+    while a neighbour is busy (its first `busy` passes)."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, busy: int) -> None:
+        self.now, self.passes, self.busy = 0.0, 0, busy
+        self.config = type("Config", (), {"vocab_size": 50})()
+
+    def new_cache(self, rows, length):
+        lengths = torch.zeros(rows, dtype=torch.long)
+        return type(
+            "Cache",
+            (),
+            {
+                "lengths": lengths,
+                "advance": lambda self, n, rows: lengths.add_(n),
+                "truncate": lambda self, start: lengths.copy_(start),
+            },
+        )()
+
+    def __call__(self, tokens, cache):
+        self.now += 1 + 0.1 * tokens.shape[1] + (5 if self.passes < self.busy else 0)
+        self.passes += 1
+        return type("Out", (), {"logits": torch.zeros(*tokens.shape, 50)})()
+
+
+def test_pass_widths_take_turns_under_a_busy_neighbour():
+    """A neighbour busy for the first 12 passes: measured one width after the other, the
+    plain step (first) would be timed only while it is busy, and wider passes would look
+    cheaper than a plain one. Taking turns, every width is also timed after it stops."""
+    model = _Timeline(busy=12)
+    times = forward_seconds(model, 2, (1, 2, 5, 9), 10, repeats=4, clock=lambda: model.now)
+    assert times == pytest.approx({1: 1.1, 2: 1.2, 5: 1.5, 9: 1.9})
+
 
 # ----------------------------------------------------------------------------- predictor
 
