@@ -202,23 +202,36 @@ class CostModel:
         return best_k, best
 
 
+# The least net saving worth a catch-up, as a share of the plain decoding still ahead: a
+# start-up is a bet on estimates, and a small expected gain is within a run's noise.
+STARTUP_MIN_GAIN = 0.125
+
+
 def startup_pays(
     costs: CostModel,
     rows: int,
     alpha: list[float],
-    k: int,
+    k_max: int,
     catch_up_tokens: int,
     remaining: int,
+    min_gain: float = STARTUP_MIN_GAIN,
 ) -> bool:
-    """Whether starting window k repays the draft's catch-up of `catch_up_tokens`.
+    """Whether starting to speculate repays the draft's catch-up of `catch_up_tokens`.
 
     The saving is `remaining` plain steps (the most tokens a row may still generate:
     the batch decodes at least that long) times the fraction of each step speculation
-    saves, 1 - 1 / predicted speedup; the cost is `catch_up_time`. Costs not measured
-    yet are estimated: the draft step as `draft_ratio` plain steps, a pass of k + 1
-    tokens per row from the plain step and the prefill (`startup_verify_time`). True
-    when nothing is known to price the catch-up with (no prefill timed)."""
-    if catch_up_tokens <= 0 or k <= 0:
+    saves, 1 - 1 / speedup, at the best window up to `k_max` the estimates allow: the
+    window the controller will settle on, not the k = 1 step it starts with (priced at
+    k = 1, a batch-1 start after a long prompt looked too dear, and a batch-4 start after
+    256-token prompts was a bet on a 9% net gain). The cost is `catch_up_time`. The
+    saving less the cost must be at least `min_gain` of the plain decoding still ahead:
+    both are estimates, a run's timing noise is a few percent, and losing is worse than
+    missing a small gain (4 rows x 256-token prompts, 64 tokens: a predicted 9% net gain,
+    measured 0.96x-1.05x of plain). Costs not measured yet are estimated: the draft step
+    as `draft_ratio` plain steps, a pass of k + 1 tokens per row from the plain step and
+    the prefill (`startup_verify_time`). True when nothing is known to price the catch-up with (no
+    prefill timed)."""
+    if catch_up_tokens <= 0 or k_max <= 0:
         return True
     cost = costs.catch_up_time(catch_up_tokens)
     plain = costs.verify_time(rows, 1)
@@ -227,12 +240,16 @@ def startup_pays(
     draft = costs.draft_time(rows)
     if draft is None:
         draft = (costs.draft_ratio or 1.0) * plain
-    verify = costs.startup_verify_time(rows, k + 1)
-    step = k * draft + (verify if verify is not None else plain)
-    speedup = expected_tokens(alpha, k) * plain / step if step > 0 else 0.0
+    speedup = 0.0
+    for k in range(1, k_max + 1):
+        verify = costs.startup_verify_time(rows, k + 1)
+        step = k * draft + (verify if verify is not None else plain)
+        if step > 0:
+            speedup = max(speedup, expected_tokens(alpha, k) * plain / step)
     if speedup <= 1.0:
         return False
-    return remaining * plain * (1 - 1 / speedup) > cost
+    ahead = remaining * plain  # plain decoding still ahead of the batch
+    return ahead * (1 - 1 / speedup) - cost >= min_gain * ahead
 
 
 def relative_cost(draft_model, target_model) -> float | None:
@@ -352,7 +369,8 @@ class AdaptiveWindow:
         started when `startup_pays` says the saving over `remaining` repays it."""
         k = self._choose(rows)
         if k and catch_up and remaining is not None:
-            if not startup_pays(self.costs, rows, self.prior_alpha(), k, catch_up, remaining):
+            alpha = self.prior_alpha()
+            if not startup_pays(self.costs, rows, alpha, self.k_max, catch_up, remaining):
                 return 0
         return k
 
