@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from specdec.bench.plan import PEERS, PRESETS, Point, build_points, override
 from specdec.bench.results import ResultStore
-from specdec.errors import SpecdecError
+from specdec.errors import InvalidParameterError, SpecdecError
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -89,6 +89,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--draft-tp", type=int, default=1, help="1 (replicated draft) or --tp")
     p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
     p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
+    p.add_argument(
+        "--merge",
+        type=_names,
+        default=None,
+        help="folders of slices measured side by side (same config) to take rows from first",
+    )
     p.add_argument(
         "--remeasure-costs",
         action="store_true",
@@ -159,6 +165,11 @@ def _run(args, leader: bool, tp) -> None:
     if args.tp > 1:  # only then: folders measured before --tp existed still resume
         config |= {"tp": args.tp, "draft_tp": args.draft_tp}
     store = _open_store(out, config, tp)
+    for folder in args.merge or ():
+        if tp is not None:
+            raise InvalidParameterError("--merge is for one process, not under --tp")
+        taken = store.merge(Path(folder))
+        print(f"specdec bench: {taken} rows taken from {folder}")
     points = build_points(preset)
     extra = {
         "machine": report.machine_description(args.device, args.tp),

@@ -82,6 +82,29 @@ class ResultStore:
         store.costs, store.rows = costs, rows
         return store
 
+    def merge(self, other_dir: Path) -> int:
+        """Take in the rows and costs of another folder measured with the same config
+        (slices of one sweep run side by side, one process per core, each into its own
+        folder: two processes must never write one results.json). Rows this store already
+        holds as "ok" win. Returns how many rows were taken."""
+        path = Path(other_dir) / "results.json"
+        if not path.is_file():
+            raise InvalidParameterError(f"--merge {other_dir}: no results.json there")
+        data = json.loads(path.read_text())
+        if data.get("config") != self.config:
+            raise InvalidParameterError(
+                f"--merge {other_dir} was measured with another configuration "
+                f"({_diff(data.get('config') or {}, self.config)}): it cannot be mixed in"
+            )
+        for key, entry in data.get("costs", {}).items():
+            self.costs.setdefault(key, entry)
+        taken = 0
+        for row in data.get("rows", []):
+            if not self.done(row["key"]):
+                self.rows[row["key"]] = row
+                taken += 1
+        return taken
+
     def done(self, key: str) -> bool:
         row = self.rows.get(key)
         return row is not None and row.get("status") == "ok"

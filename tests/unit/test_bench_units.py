@@ -202,3 +202,27 @@ def test_store_refuses_another_config(tmp_path):
     ResultStore(tmp_path, {"model": "m", "dtype": "bf16"}).save()
     with pytest.raises(InvalidParameterError, match=r"dtype: 'bf16' -> 'fp32'"):
         ResultStore(tmp_path, {"model": "m", "dtype": "fp32"})
+
+
+def test_store_merges_slices_of_one_config(tmp_path):
+    """Two slices measured side by side into their own folders, merged into a third: every
+    ok row and cost is taken once; rows the store holds already win; another config is
+    refused."""
+    config = {"model": "m", "max_tokens": 64}
+    a, b = ResultStore(tmp_path / "a", config), ResultStore(tmp_path / "b", config)
+    a.add({"key": "x|plain", "status": "ok", "wall_s": 1.0})
+    a.costs["x"] = {"rows": 1}
+    b.add({"key": "y|plain", "status": "ok", "wall_s": 2.0})
+    b.add({"key": "x|plain", "status": "ok", "wall_s": 9.0})
+    a.save()
+    b.save()
+    merged = ResultStore(tmp_path / "all", config)
+    assert merged.merge(tmp_path / "a") == 1
+    assert merged.merge(tmp_path / "b") == 1  # x|plain is already there
+    assert merged.rows["x|plain"]["wall_s"] == 1.0 and merged.done("y|plain")
+    assert merged.costs == {"x": {"rows": 1}}
+    other = ResultStore(tmp_path / "other", {"model": "m", "max_tokens": 128})
+    with pytest.raises(InvalidParameterError, match="another configuration"):
+        other.merge(tmp_path / "a")
+    with pytest.raises(InvalidParameterError, match="no results.json"):
+        merged.merge(tmp_path / "missing")
