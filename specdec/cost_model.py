@@ -148,14 +148,24 @@ class CostModel:
 
     def startup_verify_time(self, rows: int, tokens_per_row: int) -> float | None:
         """`verify_time`, except that while fewer than two pass widths are timed at `rows`
-        the target's prefill passes at `rows` serve as the far points of the curve: before
+        the target's prefill passes serve as the far points of the curve: before
         speculation starts only the plain step is timed, and a flat curve would promise
-        every window for free."""
+        every window for free. The prefill passes of every batch size count, by total
+        tokens, scaled to the plain step timed at `rows`: rows that finish or join change
+        the batch size, and a batch size whose own prefill was never timed must not see a
+        flat curve (at 8 rows at temperature 1, a row's early end let auto start a
+        catch-up that the 8-row curve had refused: 0.89x of plain)."""
         own = self.verify_s.get(rows, {})
-        prefill = self.prefill_pass_s.get(rows, {})
-        if tokens_per_row in own or len(own) >= 2 or not own or not prefill:
+        if tokens_per_row in own or len(own) >= 2 or not own or not self.prefill_pass_s:
             return self.verify_time(rows, tokens_per_row)
-        return _interpolate({**prefill, **own}, tokens_per_row)
+        by_total: dict[int, float] = {}
+        for r, table in sorted(self.prefill_pass_s.items(), key=lambda i: abs(i[0] - rows)):
+            for t, s in table.items():
+                by_total.setdefault(r * t, s)  # the nearest batch size's pass wins
+        ((t0, s0),) = own.items()
+        by_total[rows * t0] = s0
+        estimate = _interpolate(by_total, rows * tokens_per_row)
+        return None if estimate is None else max(estimate, s0)
 
     def widest_measured(self, rows: int) -> int:
         """The most tokens per row of a timed pass at `rows` (0: none yet)."""

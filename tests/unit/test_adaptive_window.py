@@ -400,3 +400,19 @@ def test_startup_prices_the_window_it_will_reach():
     alpha = AdaptiveWindow().prior_alpha()
     assert not startup_pays(costs, rows, alpha, 1, rows * prompt, left)
     assert startup_pays(costs, rows, alpha, 8, rows * prompt, left)
+
+
+def test_startup_keeps_its_curve_when_the_batch_shrinks():
+    """8 rows prefilled; one ends early and the window times two plain steps at 7 rows,
+    whose own prefill it never timed. The start-up must be priced from the 8-row prefill
+    (by total tokens) about as if the 7 rows' prefill had been timed, not from a flat
+    curve that makes every window free (which started a catch-up at 0.89x of plain)."""
+    rows, plain_s, prompt, prefill_s, left = STARTUPS["8x64"]
+    costs = _startup_costs(rows, plain_s, prompt, prefill_s)
+    own = _startup_costs(rows - 1, plain_s * 0.95, prompt, prefill_s * (rows - 1) / rows)
+    for _ in range(2):
+        costs.observe_verify(rows - 1, 1, plain_s * 0.95)
+    for k in (1, 2, 4, 8):
+        borrowed = costs.startup_verify_time(rows - 1, k + 1)
+        assert borrowed == pytest.approx(own.startup_verify_time(rows - 1, k + 1), rel=0.1)
+        assert borrowed > (1 + 0.1 * k) * plain_s * 0.95
