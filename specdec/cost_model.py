@@ -66,6 +66,16 @@ def _interpolate(table: dict[int, float], x: int) -> float | None:
     return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
+def _by_total(tables: dict[int, dict[int, float]], rows: int) -> dict[int, float]:
+    """{rows -> {tokens per row: s}} -> {total new tokens: s}, the batch size nearest
+    `rows` winning where two give the same total."""
+    by_total: dict[int, float] = {}
+    for r, table in sorted(tables.items(), key=lambda item: abs(item[0] - rows)):
+        for t, s in table.items():
+            by_total.setdefault(r * t, s)
+    return by_total
+
+
 @dataclass
 class CostModel:
     """Measured seconds, keyed by what drives them.
@@ -158,10 +168,7 @@ class CostModel:
         own = self.verify_s.get(rows, {})
         if tokens_per_row in own or len(own) >= 2 or not own or not self.prefill_pass_s:
             return self.verify_time(rows, tokens_per_row)
-        by_total: dict[int, float] = {}
-        for r, table in sorted(self.prefill_pass_s.items(), key=lambda i: abs(i[0] - rows)):
-            for t, s in table.items():
-                by_total.setdefault(r * t, s)  # the nearest batch size's pass wins
+        by_total = _by_total(self.prefill_pass_s, rows)
         ((t0, s0),) = own.items()
         by_total[rows * t0] = s0
         estimate = _interpolate(by_total, rows * tokens_per_row)
@@ -177,10 +184,7 @@ class CostModel:
         own = self.verify_s.get(rows, {})
         if tokens_per_row in own or len(own) >= 2:
             return _interpolate(own, tokens_per_row)
-        by_total: dict[int, float] = {}
-        for r, table in sorted(self.verify_s.items(), key=lambda item: abs(item[0] - rows)):
-            for t, s in table.items():
-                by_total.setdefault(r * t, s)  # the nearest batch size's point wins
+        by_total = _by_total(self.verify_s, rows)
         estimate = _interpolate(by_total, rows * tokens_per_row)
         if own and estimate is not None:  # one point here: keep its level, borrow the shape
             ((t0, s0),) = own.items()
@@ -241,8 +245,8 @@ def startup_pays(
     missing a small gain (4 rows x 256-token prompts, 64 tokens: a predicted 9% net gain,
     measured 0.96x-1.05x of plain). Costs not measured yet are estimated: the draft step
     as `draft_ratio` plain steps, a pass of k + 1 tokens per row from the plain step and
-    the prefill (`startup_verify_time`). True when nothing is known to price the catch-up with (no
-    prefill timed)."""
+    the prefill (`startup_verify_time`). True when nothing is known to price the catch-up
+    with (no prefill timed)."""
     if catch_up_tokens <= 0 or k_max <= 0:
         return True
     cost = costs.catch_up_time(catch_up_tokens)

@@ -165,9 +165,9 @@ def _run(args, leader: bool, tp) -> None:
     if args.tp > 1:  # only then: folders measured before --tp existed still resume
         config |= {"tp": args.tp, "draft_tp": args.draft_tp}
     store = _open_store(out, config, tp)
+    if args.merge and tp is not None:
+        raise InvalidParameterError("--merge is for one process, not under --tp")
     for folder in args.merge or ():
-        if tp is not None:
-            raise InvalidParameterError("--merge is for one process, not under --tp")
         taken = store.merge(Path(folder))
         print(f"specdec bench: {taken} rows taken from {folder}")
     points = build_points(preset)
