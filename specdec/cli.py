@@ -36,9 +36,16 @@ def _model_args(p) -> None:
         "--n-candidates", type=int, default=None, help="paths kept per tree (default: all)"
     )
     p.add_argument(
+        "--quant",
+        default="none",
+        choices=["none", "int4", "int8"],
+        help="target weights in 4 or 8 bits, quantized at load (the model that runs: "
+        "lossless acceptors reproduce its plain decoding)",
+    )
+    p.add_argument(
         "--draft-quant",
         default=None,
-        choices=["int4", "none"],
+        choices=["int4", "int8", "none"],
         help="draft model weights in 4 bits (default on CPU; lossless: only q changes)",
     )
     p.add_argument(
@@ -247,6 +254,7 @@ def _load(args, **engine_args):
         speculate=args.speculate,
         acceptor=args.acceptor,
         k_max=args.k_max,
+        quant=args.quant,
         draft_quant=args.draft_quant,
         dtype=args.dtype,
         device=args.device,

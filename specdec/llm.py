@@ -32,8 +32,9 @@ from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.drafters.draft_model import check_same_tokenizer
 from specdec.engine import Completion, Engine
 from specdec.errors import InvalidParameterError, SpecdecError
+from specdec.models.kernel_tuning import tune_kernels
 from specdec.models.loading import load_transformer
-from specdec.models.quant import quantize_int4
+from specdec.models.quant import QUANTS, quantize
 from specdec.speculator.model import is_speculator_dir, load_speculator
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
@@ -52,9 +53,14 @@ class LLM:
         "typical" (lossy), "module:Class" (a user's TokenAcceptor), or an instance.
     max_len: a fixed KV cache length per sequence (a server's memory budget); None sizes
         the cache to each batch of requests.
+    quant: "none" (default), "int4" or "int8": the target's projections in 4 or 8 bits,
+        quantized at load (a quarter or half of bf16's bytes per step). The quantized model
+        is the model that runs: lossless acceptors reproduce its plain decoding.
     draft_quant: "int4" (default on CPU) stores the draft model's projections in 4 bits,
         halving a draft step's cost; it changes only q, which the lossless acceptors
         correct, never the output distribution. "none" keeps the draft in `dtype`.
+    Every CPU projection runs the kernel measured fastest on this machine for its shape and
+    row count (`specdec.models.kernel_tuning`; timed once per machine, then cached).
     tp: tensor-parallel ranks for the target, launched by `torchrun --nproc-per-node tp`;
         every rank builds the same LLM and calls `generate` with the same prompts.
     draft_tp: 1 (default: every rank runs the whole draft model, no communication) or
@@ -74,6 +80,7 @@ class LLM:
         speculate: int | str | None = None,
         acceptor: str | TokenAcceptor = "rejection",
         k_max: int = 8,
+        quant: str = "none",
         draft_quant: str | None = None,
         dtype: str = "bf16",
         device: str = "cpu",
@@ -100,17 +107,23 @@ class LLM:
             speculate if speculate is not None else (0 if draft is None else "auto"), k_max
         )
         acceptor = build_acceptor(acceptor)
+        for name, value in (("quant", quant), ("draft_quant", draft_quant)):
+            if value is not None and value not in QUANTS:
+                raise InvalidParameterError(
+                    f"{name} must be one of {', '.join(QUANTS)}, got {value!r}"
+                )
         path = resolve(model, dtype)
         self.name = model
         self.tokenizer = load_tokenizer(path)
         if self.tp is not None:  # each rank on its own device; refuse bad splits before loading
             device = self.tp.device
             check_tp_split(path, draft if draft_tp > 1 else None, dtype, tp)
-        self.model = load_transformer(path, dtype, torch.device(device), tp=self.tp)
+        self.model = _tuned(
+            quantize(load_transformer(path, dtype, torch.device(device), tp=self.tp), quant)
+        )
+        self.quant = quant
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
-        if draft_quant not in ("int4", "none"):
-            raise InvalidParameterError(f"draft_quant must be int4 or none, got {draft_quant!r}")
         self.speculator = None
         self.tree = _parse_tree(tree)
         self.n_candidates = n_candidates
@@ -159,9 +172,8 @@ class LLM:
         check_same_tokenizer(self.tokenizer, load_tokenizer(path))
         # draft_tp = 1: every rank holds the whole draft and drafts on its own.
         shard = self.tp if self.draft_tp > 1 else None
-        self.draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
-        if quant == "int4":
-            quantize_int4(self.draft_model)
+        draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
+        self.draft_model = _tuned(quantize(draft_model, quant))
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
         return lambda max_batch, max_len: DraftModelDrafter(
             self.draft_model, vocab, tok_size, max_batch, max_len
@@ -193,6 +205,13 @@ class LLM:
         """Leave the tensor-parallel group if this LLM joined it (no-op for tp = 1)."""
         if self.tp is not None:
             self.tp.close()
+
+
+def _tuned(model):
+    """`model` with every CPU projection on the kernel measured fastest here."""
+    if model.device.type == "cpu":
+        tune_kernels(model)
+    return model
 
 
 def _parse_tree(tree: str | Sequence[int] | None) -> tuple[int, ...] | None:

@@ -51,7 +51,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--draft", default=None, help="draft model (default: the preset's)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--draft-quant", default=None, choices=["int4", "none"])
+    p.add_argument("--quant", default="none", choices=["none", "int4", "int8"], help="target")
+    p.add_argument("--draft-quant", default=None, choices=["int4", "int8", "none"])
     p.add_argument("--workloads", type=_names, default=None, help="code,sharegpt,synthetic")
     p.add_argument("--prompt-lens", type=_ints, default=None, help="synthetic prompt lengths")
     p.add_argument("--batches", type=_ints, default=None, help="e.g. 1,2,4,8,16")
@@ -156,6 +157,8 @@ def _run(args, leader: bool, tp) -> None:
         "synthetic_source": args.synthetic_source,
         "threads": args.threads,
     }
+    if args.quant != "none":  # only then: folders measured before --quant still resume
+        config["quant"] = args.quant
     if args.heads:  # only then: folders measured before --heads existed still resume
         config |= {
             "heads": args.heads,
@@ -215,6 +218,7 @@ def _command(preset, args) -> str:
     words += ["--draft-tp", str(args.draft_tp)] if args.draft_tp > 1 else []
     words += ["--model", preset.model, "--draft", preset.draft, "--dtype", args.dtype]
     words += ["--device", args.device] if args.device != "cpu" else []
+    words += ["--quant", args.quant] if args.quant != "none" else []
     words += ["--draft-quant", args.draft_quant] if args.draft_quant else []
     words += [
         "--workloads", ",".join(preset.workloads),
@@ -259,6 +263,7 @@ def _measure(
         ignore_eos=args.ignore_eos,
         synthetic_source=args.synthetic_source,
         draft_quant=args.draft_quant,
+        quant=args.quant,
         repeats=preset.repeats,
         heads=args.heads,
         heads_tree=args.heads_tree,

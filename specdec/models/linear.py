@@ -1,33 +1,168 @@
-"""A `nn.Linear` that picks the fastest CPU kernel for the few-row products of decoding.
+"""A `nn.Linear` whose kernel is chosen per row count by timing, on the machine at hand.
 
 Decoding multiplies a handful of rows (1 for plain decoding, k+1 per row for speculative
-verification) by large weight matrices, so it is bound by how fast the weights stream from
-memory. On this project's reference CPU (2-core EPYC, bf16, weights larger than the caches)
-`F.linear` streams them at ~14 GB/s for one row and ~20 GB/s for 9, while `torch.mv` and
-`W @ x.T` reach ~25 GB/s for 1 to 32 rows: a 1.3x faster plain decode, and a verify pass of
-k+1 <= 32 tokens that costs about the same as decoding one. Past 32 rows the product becomes
-compute-bound and `F.linear` is as good. Other devices use `F.linear` unchanged.
+verification) by large weight matrices, so its speed is how fast the weights stream from
+memory, and which kernel streams fastest depends on the CPU: on a Zen 5 EPYC with
+AVX-512 bf16, oneDNN's prepacked bf16 weights stream at ~44 GB/s where `torch.mv` reaches
+18; on a Zen 3 EPYC (AVX2, no bf16 instructions) every bf16 kernel crawls at 2 GB/s and a
+float32 copy of the weights through oneDNN is 6x faster. No rule tuned on one CPU is right
+for the next, so `tune_kernels` times each candidate for each bucket of row counts over all
+layers of one shape (the way a decode step sweeps them, so the caches behave as they will),
+keeps the fastest, and caches the choice per machine (`kernel_cache`).
+
+A candidate is a name in `KERNELS`: a function `(layer, x [rows, in]) -> [rows, out]` plus
+the weight format it needs, prepared once per layer (`prepare`). Every candidate computes
+the same product up to floating-point rounding; none is batch-invariant, which is why a
+bf16 verify pass can round differently from a one-row decode step (fp32 greedy equality
+is unaffected in practice and tested).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-SMALL_ROWS = 32
+# Row-count buckets: a product of `rows` rows uses the choice of the first bucket >= rows.
+# 64 stands for every larger product (prefills), which is compute-bound.
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def bucket_of(rows: int) -> int:
+    for b in BUCKETS:
+        if rows <= b:
+            return b
+    return BUCKETS[-1]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One way to compute `x @ W.T + b`: `prepare(layer)` builds the weight format it reads
+    (or None when it reads `layer.weight` as it is); `run(layer, fmt, x)` computes."""
+
+    prepare: Callable[[nn.Linear], object] | None
+    run: Callable[[nn.Linear, object, torch.Tensor], torch.Tensor]
+    applies: Callable[[torch.dtype], bool]
+
+
+def _linear(layer, fmt, x):
+    return F.linear(x, layer.weight, layer.bias)
+
+
+def _mv_mm(layer, fmt, x):  # the previous rule, tuned on an Intel Xeon
+    out = (
+        torch.mv(layer.weight, x[0])[None] if x.shape[0] == 1 else torch.mm(layer.weight, x.t()).t()
+    )
+    return out if layer.bias is None else out + layer.bias
+
+
+def _fp32_copy(layer):
+    bias = None if layer.bias is None else layer.bias.float()
+    return layer.weight.float(), bias
+
+
+def _fp32(layer, fmt, x):  # half-precision weights kept as an fp32 copy (CPUs without bf16 math)
+    w, b = fmt
+    return F.linear(x.float(), w, b).to(x.dtype)
+
+
+def _onednn_pack(layer, dtype=None):
+    w = layer.weight if dtype is None else layer.weight.to(dtype)
+    bias = None if layer.bias is None else layer.bias.to(w.dtype)
+    return torch.ops.mkldnn._reorder_linear_weight(w, None), bias
+
+
+def _onednn(layer, fmt, x):
+    packed, bias = fmt
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+def _onednn_fp32(layer, fmt, x):
+    packed, bias = fmt
+    return torch.ops.mkldnn._linear_pointwise(x.float(), packed, bias, "none", [], "").to(x.dtype)
+
+
+def _half(dtype: torch.dtype) -> bool:
+    return dtype in (torch.bfloat16, torch.float16)
+
+
+_ONEDNN: dict[torch.dtype, bool] = {}
+
+
+def onednn_packs(dtype: torch.dtype) -> bool:
+    """Whether oneDNN prepacks `dtype` weights on this CPU (bf16 needs AVX-512 or
+    AVX-NE-CONVERT; it refuses otherwise), probed once on a tiny matrix."""
+    if dtype not in _ONEDNN:
+        try:
+            probe = torch.ones(16, 16, dtype=dtype)
+            packed = torch.ops.mkldnn._reorder_linear_weight(probe, None)
+            torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], "")
+            _ONEDNN[dtype] = True
+        except (RuntimeError, AttributeError):
+            _ONEDNN[dtype] = False
+    return _ONEDNN[dtype]
+
+
+# Candidates in the order they are timed (likely-fast first, so slow ones are cut short).
+KERNELS: dict[str, Kernel] = {
+    "onednn": Kernel(_onednn_pack, _onednn, onednn_packs),
+    "onednn_fp32": Kernel(
+        lambda layer: _onednn_pack(layer, torch.float32),
+        _onednn_fp32,
+        lambda dt: _half(dt) and onednn_packs(torch.float32),
+    ),
+    "fp32": Kernel(_fp32_copy, _fp32, _half),
+    "linear": Kernel(None, _linear, lambda dt: True),
+    "mv_mm": Kernel(None, _mv_mm, lambda dt: True),
+}
 
 
 class Linear(nn.Linear):
+    """`nn.Linear` with a per-bucket kernel plan (`tune_kernels` fills it; empty = F.linear).
+
+    The prepared weight formats are plain attributes, not buffers: they are derived from
+    `weight`, never saved, and exist only on the CPU where they were chosen.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.plan: dict[int, str] = {}  # bucket -> kernel name
+        self.formats: dict[str, object] = {}  # kernel name -> prepared weight format
+        self._route: dict[int, tuple[Callable, object]] = {}  # bucket -> (run, format)
+
+    def kernels(self) -> dict[str, Kernel]:
+        """The candidates for this layer (subclasses with other weight formats add theirs)."""
+        return {n: k for n, k in KERNELS.items() if k.applies(self.weight.dtype)}
+
+    def prepare(self, name: str) -> None:
+        kernel = self.kernels()[name]
+        if kernel.prepare is not None and name not in self.formats:
+            self.formats[name] = kernel.prepare(self)
+
+    def use(self, plan: dict[int, str]) -> None:
+        """Adopt a plan: prepare the formats it names, drop the ones it does not."""
+        for name in set(plan.values()):
+            self.prepare(name)
+        self.formats = {n: f for n, f in self.formats.items() if n in plan.values()}
+        self.plan = dict(plan)
+        kernels = self.kernels()
+        self._route = {b: (kernels[n].run, self.formats.get(n)) for b, n in plan.items()}
+
+    def run(self, name: str, x: torch.Tensor) -> torch.Tensor:  # [rows, in] -> [rows, out]
+        return self.kernels()[name].run(self, self.formats.get(name), x)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         rows = x.numel() // x.shape[-1]
-        if x.device.type != "cpu" or rows > SMALL_ROWS:
-            return F.linear(x, self.weight, self.bias)
-        flat = x.reshape(rows, x.shape[-1])
-        if rows == 1:
-            out = torch.mv(self.weight, flat[0])[None]
-        else:
-            out = torch.mm(self.weight, flat.t()).t()
-        if self.bias is not None:
-            out = out + self.bias
+        route = self._route.get(bucket_of(rows)) if self._route else None
+        if route is None or x.device.type != "cpu":
+            return self.default(x)
+        run, fmt = route
+        out = run(self, fmt, x.reshape(rows, x.shape[-1]))
         return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    def default(self, x: torch.Tensor) -> torch.Tensor:
+        """The product without a plan (untuned layers, other devices)."""
+        return F.linear(x, self.weight, self.bias)

@@ -1,11 +1,20 @@
-"""Weight-only int4 for drafters: a quarter of the bytes of bf16 per decode step.
+"""Weight-only int4 and int8 projections: a quarter or half of bf16's bytes per decode step.
 
-A drafter only has to be cheap and usually right; the acceptor corrects everything else,
-so quantizing the draft model cannot change the output distribution (q may be anything).
-Decoding is bound by weight bytes, so 4-bit weights (asymmetric, one bf16 scale and zero
-per group of 32 input channels) make a draft step cheaper, which raises the speedup
-directly through the `k * c` term. The bundled models were Q4 GGUF files to begin with, so
-most of their weights already sit on such a grid.
+Decoding is bound by weight bytes, so fewer bits per weight make every step cheaper. For a
+drafter that changes only q, which the acceptor corrects: the output distribution cannot
+change. For the target (`--quant`) the quantized model *is* the model that runs, and the
+lossless acceptors are lossless with respect to it: speculative output is distributed as
+plain decoding of the same quantized target.
+
+To keep that true, a quantized layer's `weight` holds the dequantized weights in the model
+dtype, and every kernel computes with exactly those values: torch's packed int4 / int8
+kernels for the few rows of a decode or verify step, the dense kernels of `Linear` (on the
+dequantized weights) where they measure faster, e.g. a prefill's hundreds of rows.
+`tune_kernels` decides per bucket of rows, on the machine at hand.
+
+int4: asymmetric, one scale and one zero point per group of 32 input channels (the layout
+of GGUF's Q4 formats: Q4_K's sub-blocks are 32 weights with a scale and a minimum each).
+int8: symmetric, one scale per output channel.
 """
 
 from __future__ import annotations
@@ -14,70 +23,134 @@ import torch
 from torch import nn
 
 from specdec.errors import InvalidParameterError
+from specdec.models.linear import Kernel, Linear
 from specdec.models.transformer import Transformer
 
 GROUP = 32
-# The packed kernel is made for decoding: at 1 row it streams a quarter of the bytes, but
-# past a few rows it falls far behind a dense matmul (measured on the reference CPU:
-# 256 rows, 896 -> 9728, 104 ms int4 vs 15 ms bf16). Prefills take the dense weights.
-INT4_MAX_ROWS = 8
+QUANTS = ("none", "int4", "int8")
+# Without a measured plan (an untuned layer), the packed kernels take products of at most
+# this many rows and the dense weights the rest (prefills), as measured on both reference
+# CPUs: the packed kernels fall far behind dense ones past a few rows.
+PACKED_MAX_ROWS = 8
 
 
-class Int4Linear(nn.Module):
-    """y = x @ dequant(W).T [+ bias] through torch's packed int4 CPU kernel for the few rows
-    of a draft step; products of more rows (a prompt's prefill) use the original weights,
-    kept for that (a draft model is small: the extra memory buys fast admission)."""
+class _QuantLinear(Linear):
+    """A `Linear` whose `weight` is the dequantized weights and which adds one packed kernel
+    (`packed_kernel`) to the candidates of `tune_kernels`."""
+
+    packed_name = ""
+
+    def __init__(self, linear: nn.Linear, dequantized: torch.Tensor) -> None:
+        n, k = linear.weight.shape
+        dtype = linear.weight.dtype
+        super().__init__(k, n, bias=linear.bias is not None, device="meta", dtype=dtype)
+        self.weight = nn.Parameter(dequantized.to(dtype), requires_grad=False)
+        self.bias = linear.bias
+
+    def packed(self, fmt, x: torch.Tensor) -> torch.Tensor:  # [rows, K] -> [rows, N]
+        raise NotImplementedError
+
+    def kernels(self) -> dict[str, Kernel]:
+        run = type(self).packed
+        return {self.packed_name: Kernel(None, run, lambda dt: True), **super().kernels()}
+
+    def default(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1]
+        if rows > PACKED_MAX_ROWS or x.device.type != "cpu":
+            return super().default(x)
+        out = self.packed(None, x.reshape(rows, x.shape[-1]))
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+
+class Int4Linear(_QuantLinear):
+    """y = x @ dequant(W).T [+ bias], W in 4 bits through torch's packed int4 CPU kernel."""
+
+    packed_name = "int4"
 
     def __init__(self, linear: nn.Linear, group: int = GROUP) -> None:
-        super().__init__()
         n, k = linear.weight.shape
         w = linear.weight.detach().float().reshape(n, k // group, group)
         low, high = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
         scale = ((high - low) / 15).clamp_min(1e-8)
-        q = ((w - low) / scale).round().clamp(0, 15).to(torch.int32).reshape(n, k)
-        # The kernel computes (q - 8) * scale + zero.
-        zero = low + 8 * scale
-        scales_zeros = torch.stack([scale[..., 0].t(), zero[..., 0].t()], dim=-1)
+        q = ((w - low) / scale).round().clamp(0, 15)
+        # The kernel computes (q - 8) * scale + zero with scale and zero in the activation
+        # dtype; the dequantized weights are computed from those same rounded values.
         dtype = linear.weight.dtype
-        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2))
-        self.register_buffer("scales_zeros", scales_zeros.to(dtype).contiguous())  # [k/g, n, 2]
-        self.bias = linear.bias
-        self.dense = linear
-        self.group, self.out_features, self.dtype = group, n, dtype
+        scale = scale.to(dtype).float()
+        zero = (low + 8 * scale).to(dtype).float()
+        dequantized = ((q - 8) * scale + zero).reshape(n, k)
+        super().__init__(linear, dequantized)
+        scales_zeros = torch.stack([scale[..., 0].t(), zero[..., 0].t()], dim=-1)
+        q = q.to(torch.int32).reshape(n, k)
+        self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2))
+        self.register_buffer("scales_zeros", scales_zeros.to(dtype).contiguous())  # [K/g, N, 2]
+        self.group = group
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., K] -> [..., N]
-        if x.numel() // x.shape[-1] > INT4_MAX_ROWS:
-            return self.dense(x)
-        flat = x.reshape(-1, x.shape[-1]).to(self.dtype)
+    def packed(self, fmt, x):
         out = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            flat, self.packed, self.group, self.scales_zeros
+            x.to(self.weight.dtype), self.qweight, self.group, self.scales_zeros
         )
-        if self.bias is not None:
-            out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        return (out if self.bias is None else out + self.bias).to(x.dtype)
 
 
-def _int4(linear: nn.Module) -> nn.Module:
-    """`Int4Linear` where the kernel supports the shape (N % 16 == 0, K % GROUP == 0)."""
+class Int8Linear(_QuantLinear):
+    """y = x @ dequant(W).T [+ bias], W in 8 bits (symmetric, a scale per output channel)
+    through torch's int8 weight-only CPU kernel."""
+
+    packed_name = "int8"
+
+    def __init__(self, linear: nn.Linear) -> None:
+        w = linear.weight.detach().float()
+        dtype = linear.weight.dtype
+        scale = (w.abs().amax(-1) / 127).clamp_min(1e-8).to(dtype).float()  # [N]
+        q = (w / scale[:, None]).round().clamp(-127, 127)
+        super().__init__(linear, q * scale[:, None])
+        self.register_buffer("qweight", q.to(torch.int8).contiguous())
+        self.register_buffer("scales", scale.to(dtype))
+
+    def packed(self, fmt, x):
+        out = torch.ops.aten._weight_int8pack_mm(x.to(self.weight.dtype), self.qweight, self.scales)
+        return (out if self.bias is None else out + self.bias).to(x.dtype)
+
+
+def _quantized(linear: nn.Module, kind: str) -> nn.Module:
+    """The quantized layer where the kernel supports the shape (N % 16 == 0 and, for int4,
+    K % GROUP == 0); the layer unchanged otherwise."""
     if hasattr(linear, "inner"):  # a tensor-parallel wrapper: quantize the local shard
-        linear.inner = _int4(linear.inner)
+        linear.inner = _quantized(linear.inner, kind)
         return linear
     n, k = linear.weight.shape
-    return Int4Linear(linear) if n % 16 == 0 and k % GROUP == 0 else linear
+    if n % 16:
+        return linear
+    if kind == "int4":
+        return Int4Linear(linear) if k % GROUP == 0 else linear
+    return Int8Linear(linear)
+
+
+def quantize(model: Transformer, kind: str) -> Transformer:
+    """Replace every projection and the vocabulary head by an int4 or int8 layer, in place
+    ("none" leaves the model as it is).
+
+    CPU only (torch's packed kernels for CPU). The embedding table stays as it is (a lookup
+    reads one row per token); a tied head is quantized as its own copy. Layers whose shape
+    the kernel does not take stay unquantized.
+    """
+    if kind not in QUANTS:
+        raise InvalidParameterError(
+            f"quantization must be one of {', '.join(QUANTS)}, got {kind!r}"
+        )
+    if kind == "none":
+        return model
+    if model.device.type != "cpu":
+        raise InvalidParameterError(f"{kind} quantization is implemented for CPU only")
+    for layer in model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        attn.qkv_proj, attn.o_proj = _quantized(attn.qkv_proj, kind), _quantized(attn.o_proj, kind)
+        mlp.gate_up_proj = _quantized(mlp.gate_up_proj, kind)
+        mlp.down_proj = _quantized(mlp.down_proj, kind)
+    model.lm_head = _quantized(model.lm_head, kind)
+    return model
 
 
 def quantize_int4(model: Transformer) -> Transformer:
-    """Replace every projection and the vocabulary head by `Int4Linear`, in place.
-
-    CPU only (torch's packed int4 kernel for CPU). The embedding table stays as it is (a
-    lookup reads one row per token); a tied head is quantized as its own copy. Layers whose
-    shape the kernel does not take stay unquantized.
-    """
-    if model.device.type != "cpu":
-        raise InvalidParameterError("int4 draft quantization is implemented for CPU only")
-    for layer in model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        attn.qkv_proj, attn.o_proj = _int4(attn.qkv_proj), _int4(attn.o_proj)
-        mlp.gate_up_proj, mlp.down_proj = _int4(mlp.gate_up_proj), _int4(mlp.down_proj)
-    model.lm_head = _int4(model.lm_head)
-    return model
+    return quantize(model, "int4")

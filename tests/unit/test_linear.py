@@ -14,3 +14,105 @@ def test_matches_f_linear_for_every_row_count(shape, bias):
     out = layer(x)
     assert out.shape == (*shape[:-1], 24)
     torch.testing.assert_close(out, F.linear(x, layer.weight, layer.bias))
+
+
+# --- measured kernel choice -------------------------------------------------------------
+
+import json  # noqa: E402
+
+from specdec.models import kernel_tuning  # noqa: E402
+from specdec.models.linear import BUCKETS, bucket_of  # noqa: E402
+from specdec.models.quant import Int4Linear, Int8Linear  # noqa: E402
+
+
+def _layers(dtype, bias=True, n=3):
+    torch.manual_seed(0)
+    return [Linear(64, 48, bias=bias).to(dtype) for _ in range(n)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 3, 40])
+def test_every_candidate_equals_f_linear(dtype, rows):
+    layers = _layers(dtype) + [Int4Linear(nn) for nn in _layers(dtype)[:1]]
+    layers += [Int8Linear(nn) for nn in _layers(dtype)[:1]]
+    x = torch.randn(rows, 64).to(dtype)
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 2e-2}
+    for layer in layers:
+        ref = F.linear(x.float(), layer.weight.float(), layer.bias.float())
+        for name in layer.kernels():
+            layer.prepare(name)
+            out = layer.run(name, x)
+            assert out.dtype == dtype and out.shape == (rows, 48), name
+            torch.testing.assert_close(out.float(), ref, **tol, msg=f"{type(layer)} {name}")
+
+
+def test_half_precision_offers_fp32_copies_and_fp32_does_not():
+    bf16, fp32 = _layers(torch.bfloat16, n=1)[0], _layers(torch.float32, n=1)[0]
+    assert "fp32" in bf16.kernels() and "fp32" not in fp32.kernels()
+    assert set(fp32.kernels()) >= {"linear", "mv_mm"}
+
+
+def test_buckets_cover_every_row_count():
+    assert [bucket_of(r) for r in (1, 2, 3, 5, 9, 17, 33, 500)] == [1, 2, 4, 8, 16, 32, 64, 64]
+    assert BUCKETS[0] == 1
+
+
+def _model(dtype=torch.bfloat16):
+    model = torch.nn.Sequential(*_layers(dtype), Linear(48, 32, bias=False).to(dtype))
+    return model
+
+
+def test_tune_kernels_plans_every_bucket_and_forward_follows_it(tmp_path):
+    model = _model()
+    chosen = kernel_tuning.tune_kernels(model, cache=tmp_path / "k.json")
+    assert len(chosen) == 2  # two shapes: 48x64 with bias, 32x48 without
+    for entry in chosen.values():
+        assert set(entry["plan"]) == {str(b) for b in BUCKETS}
+        for rows, times in entry["seconds"].items():
+            assert times[entry["plan"][rows]] == min(times.values())  # the fastest measured
+    layer = model[0]
+    assert layer.plan and set(layer.formats) <= set(layer.plan.values())  # losers dropped
+    calls = []
+    name = layer.plan[1]
+    kernel = layer.kernels()[name]
+    layer._route[1] = (
+        lambda lyr, fmt, x: calls.append(x.shape) or kernel.run(lyr, fmt, x),
+        layer.formats.get(name),
+    )
+    x = torch.randn(1, 1, 64).to(torch.bfloat16)
+    torch.testing.assert_close(
+        layer(x), F.linear(x, layer.weight, layer.bias), atol=3e-2, rtol=2e-2
+    )
+    assert calls == [(1, 64)]
+
+
+def test_the_cache_is_read_back_and_keyed_by_machine(tmp_path, monkeypatch):
+    cache = tmp_path / "k.json"
+    kernel_tuning.tune_kernels(_model(), cache=cache)
+    stored = json.loads(cache.read_text())
+    assert stored["machine"] == kernel_tuning.machine()
+    # Same machine: no timing at all.
+    monkeypatch.setattr(kernel_tuning, "measure_group", lambda layers: pytest.fail("re-timed"))
+    kernel_tuning.tune_kernels(_model(), cache=cache)
+    # Another machine (here: another CPU model) measures its own.
+    other = dict(kernel_tuning.machine(), cpu="Some Other CPU")
+    monkeypatch.setattr(kernel_tuning, "machine", lambda: other)
+    timed = []
+    monkeypatch.setattr(
+        kernel_tuning,
+        "measure_group",
+        lambda layers: (
+            timed.append(len(layers)) or stored["groups"][kernel_tuning.group_key(layers[0])]
+        ),
+    )
+    kernel_tuning.tune_kernels(_model(), cache=cache)
+    assert timed == [3, 1]
+    assert json.loads(cache.read_text())["machine"]["cpu"] == "Some Other CPU"
+
+
+def test_machine_ids_differ_by_cpu_and_threads(monkeypatch):
+    base = kernel_tuning.machine_id()
+    torch.set_num_threads(2)
+    assert kernel_tuning.machine_id() != base
+    torch.set_num_threads(1)
+    assert kernel_tuning.machine_id() == base

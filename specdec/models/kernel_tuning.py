@@ -1,0 +1,165 @@
+"""Choose each projection's kernel by timing it here, and remember the choice per machine.
+
+`tune_kernels(model)` groups a model's `Linear` layers by (kind, out, in, dtype, bias): the
+layers of one group share a plan. For each bucket of row counts it times every candidate
+kernel as a sweep over all layers of the group — the order and footprint of a real decode
+step, so weights that do not fit the caches stream from memory as they will when decoding
+— and keeps the fastest. Plans are stored in `$SPECDEC_HOME/kernels/<machine>.json`, keyed
+by the machine (CPU model and flags, core count, torch version, threads): a process on the
+same machine reads them instead of timing, and another CPU measures its own.
+
+Timing the candidates costs seconds per model the first time on a machine (a few sweeps per
+candidate and bucket; a candidate already 3x slower than the best after one sweep is not
+timed again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specdec.models.linear import BUCKETS, Linear
+
+REPEATS = 3
+GIVE_UP = 3.0  # a candidate this many times slower than the best after one sweep is dropped
+# A sweep times as many layers of a group as it takes to read this many weight bytes (at
+# least one layer): 4x a large L3, so the weights stream from memory as when decoding,
+# without sweeping all 28 layers of a big model for each candidate and bucket.
+SWEEP_BYTES = 128 * 2**20
+
+
+def machine() -> dict[str, str | int]:
+    """What decides which kernel is fastest: the CPU, its features, cores, torch, threads."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model in ("", platform.machine(), "x86_64"):
+                model = value.strip()
+            elif key.strip() in ("flags", "Features") and not flags:
+                flags = value.strip()
+    except OSError:
+        pass
+    return {
+        "cpu": model,
+        "flags": hashlib.sha256(flags.encode()).hexdigest()[:12],
+        "cores": os.cpu_count() or 1,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def machine_id() -> str:
+    return hashlib.sha256(json.dumps(machine(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def kernel_cache() -> Path:
+    from specdec.models.registry import cache_root
+
+    return cache_root() / "kernels" / f"{machine_id()}.json"
+
+
+def group_key(layer: Linear) -> str:
+    n, k = layer.weight.shape
+    bias = "bias" if layer.bias is not None else "nobias"
+    return f"{type(layer).__name__} {n}x{k} {str(layer.weight.dtype)[6:]} {bias}"
+
+
+def _groups(model: nn.Module) -> dict[str, list[Linear]]:
+    groups: dict[str, list[Linear]] = defaultdict(list)
+    seen: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, Linear) and module.weight.device.type == "cpu":
+            if id(module) not in seen:
+                seen.add(id(module))
+                groups[group_key(module)].append(module)
+    return groups
+
+
+def _sweep(layers: list[Linear], name: str, x: torch.Tensor) -> float:
+    start = time.perf_counter()
+    for layer in layers:
+        layer.run(name, x)
+    return time.perf_counter() - start
+
+
+def _time(layers: list[Linear], name: str, x: torch.Tensor, best: float) -> float:
+    """Seconds of one sweep, the fastest of `REPEATS` (noise only ever adds time). The
+    first sweep warms up (first touch of a prepared format) and, when already `GIVE_UP`
+    times slower than `best`, is the only one."""
+    first = _sweep(layers, name, x)
+    if first > GIVE_UP * best:
+        return first
+    return min(_sweep(layers, name, x) for _ in range(REPEATS))  # least disturbed
+
+
+def measure_group(layers: list[Linear]) -> dict:
+    """Time every candidate for every bucket; the plan and the measurements behind it.
+
+    Candidates are prepared one at a time and a format that leads no bucket is dropped at
+    once, so memory holds at most the leaders' formats plus the one being timed."""
+    names = list(layers[0].kernels())
+    size = layers[0].weight.numel() * layers[0].weight.element_size()
+    layers = layers[: max(1, -(-SWEEP_BYTES // size))]
+    inputs = {
+        rows: torch.randn(
+            rows, layers[0].in_features, generator=torch.Generator().manual_seed(0)
+        ).to(layers[0].weight.dtype)
+        for rows in BUCKETS
+    }
+    times: dict[int, dict[str, float]] = {rows: {} for rows in BUCKETS}
+    with torch.inference_mode():
+        for name in names:
+            for layer in layers:
+                layer.prepare(name)
+            for rows, x in inputs.items():
+                best = min(times[rows].values(), default=float("inf"))
+                times[rows][name] = _time(layers, name, x, best)
+            leaders = {min(t, key=t.get) for t in times.values()}
+            for layer in layers:
+                layer.formats = {n: f for n, f in layer.formats.items() if n in leaders}
+    return {
+        "plan": {str(rows): min(t, key=t.get) for rows, t in times.items()},
+        "seconds": {str(rows): {n: round(v, 9) for n, v in t.items()} for rows, t in times.items()},
+        "layers": len(layers),  # swept per timing
+        "bytes": size * len(layers),  # weight bytes per sweep: GB/s = bytes / seconds
+    }
+
+
+def _load(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if data.get("machine") == machine() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def tune_kernels(model: nn.Module, *, cache: Path | None = None, retune: bool = False) -> dict:
+    """Give every CPU `Linear` of `model` the plan measured fastest here (from the cache
+    when this machine has timed that group before). Returns {group: entry}."""
+    cache = cache or kernel_cache()
+    stored = {} if retune else _load(cache).get("groups", {})
+    chosen, changed = {}, False
+    for key, layers in _groups(model).items():
+        entry = stored.get(key)
+        known = set(layers[0].kernels())
+        if entry is None or not set(entry["plan"].values()) <= known:
+            entry, changed = measure_group(layers), True
+            stored[key] = entry
+        for layer in layers:
+            layer.use({int(b): name for b, name in entry["plan"].items()})
+        chosen[key] = entry
+    if changed:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")  # ranks of one machine may race
+        tmp.write_text(json.dumps({"machine": machine(), "groups": stored}, indent=1))
+        tmp.replace(cache)
+    return chosen
