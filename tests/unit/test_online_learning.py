@@ -172,3 +172,46 @@ def test_checkpoint_to_the_heads_dir_and_resume(target, tokenizer, tmp_path):
     assert (resumed.version, resumed.steps) == (3, 7)
     assert resumed.opt.state_dict()["state"]  # the optimizer's moments came back
     assert not (tmp_path / ".learn-tmp").exists()
+
+
+def test_server_reports_the_learner(target, tokenizer):
+    """/metrics and usage.speculation carry the heads' version, buffer, loss, acceptance."""
+    from fastapi.testclient import TestClient
+
+    from specdec.serving.app import build_app
+
+    cfg = LearnConfig(min_tokens=8, seq_len=16, batch_size=4, publish_every=1)
+    learner = OnlineLearner(_heads(target), cfg)
+    engine = _engine(target, tokenizer, learner)
+    app = build_app(engine, "tiny", learner=learner)
+    body = {"model": "tiny", "prompt": "hello world", "max_tokens": 12, "temperature": 0}
+    with TestClient(app) as client:
+        client.post("/v1/completions", json={**body, "ignore_eos": True})
+        learner.train_steps(2)
+        usage = client.post("/v1/completions", json=body).json()["usage"]
+        text = client.get("/metrics").text
+    heads = usage["speculation"]["heads"]
+    assert heads["version"] == 2 and heads["buffer_requests"] >= 1 and heads["loss"] > 0
+    assert len(heads["acceptance_per_head"]) == 3 and heads["error"] is None
+    for name in ("version", "buffer_tokens", "loss", "acceptance", "trainer_failed"):
+        assert f"specdec_heads_{name}" in text, name
+    assert "specdec_heads_version 2.0" in text
+
+
+def test_cli_learns_from_untrained_heads_and_resumes(tmp_path, capsys):
+    from specdec.cli import main
+
+    from tiny import tiny_tokenizer
+
+    model = tmp_path / "model"
+    hf_tiny("qwen2").save_pretrained(model)
+    tiny_tokenizer().save_pretrained(model)
+    heads = tmp_path / "heads"  # does not exist yet: untrained heads start there
+    argv = ["generate", "--model", str(model), "--dtype", "fp32", "--draft", str(heads)]
+    argv += ["--learn", "--learn-budget", "0.5", "--max-tokens", "8", "--ignore-eos", "abc"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "specdec: heads {" in err and (heads / "config.json").is_file()
+    assert (heads / "learn_state.json").is_file()
+    assert main(argv) == 0  # again on the same directory: it loads and resumes
+    assert (heads / "model.safetensors").is_file()
