@@ -55,6 +55,21 @@ def _model_args(p) -> None:
     )
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (under torchrun)")
     p.add_argument("--draft-tp", type=int, default=1, help="1 (replicated draft) or --tp")
+    p.add_argument(
+        "--learn",
+        action="store_true",
+        help="train the --draft speculator heads on the requests answered, in the background, "
+        "checkpointing into that directory (an empty or new one starts untrained heads)",
+    )
+    p.add_argument(
+        "--learn-budget",
+        type=float,
+        default=0.25,
+        help="share of wall time the heads trainer may be busy (default 0.25)",
+    )
+    p.add_argument(
+        "--learn-heads", type=int, default=3, help="heads of untrained --learn heads (default 3)"
+    )
 
 
 def _generate_args(sub) -> None:
@@ -210,6 +225,9 @@ def _generate(args, quiet: bool) -> None:
     params = llm.spmd_params(params, len(ids))
     plain = llm.plain_engine().generate(ids, params) if args.compare else None
     completions = llm.engine.generate(ids, params)
+    if llm.learner is not None:  # checkpoint what was learnt; say where it stands
+        llm.learner.close()
+        print(f"specdec: heads {json.dumps(llm.learner.metrics())}", file=sys.stderr, flush=True)
     if quiet:  # tensor parallelism: rank 0 prints
         return
     for i, (prompt, c) in enumerate(zip(args.prompts, completions, strict=True)):
@@ -262,8 +280,19 @@ def _load(args, **engine_args):
         draft_tp=args.draft_tp,
         tree=args.tree,
         n_candidates=args.n_candidates,
+        learn=args.learn,
+        learn_config=_learn_config(args),
+        learn_heads=args.learn_heads,
         **engine_args,
     )
+
+
+def _learn_config(args):
+    if not args.learn:
+        return None
+    from specdec.speculator.online import LearnConfig
+
+    return LearnConfig(budget=args.learn_budget)
 
 
 def cmd_serve(args) -> None:
@@ -286,9 +315,20 @@ def _serve(args, llm, sync) -> None:
     from specdec.serving.app import build_app
 
     name = args.served_model_name or args.model
-    app = build_app(llm.engine, name, api_key=args.api_key, max_queue=args.max_queue, sync=sync)
+    app = build_app(
+        llm.engine,
+        name,
+        api_key=args.api_key,
+        max_queue=args.max_queue,
+        sync=sync,
+        learner=llm.learner,
+    )
     print(f"specdec: serving {name} on http://{args.host}:{args.port}/v1", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    finally:
+        if llm.learner is not None:
+            llm.learner.close()  # the heads learnt so far, into --draft
 
 
 def cmd_bench_serve(args) -> None:

@@ -21,7 +21,7 @@ import torch
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcceptor, Verdict
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow, relative_cost
-from specdec.drafters.base import Drafter
+from specdec.drafters.base import Drafter, PassStates
 from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.metrics import SpecStats
 from specdec.models.kv_cache import KVCache
@@ -303,7 +303,7 @@ class Engine:
             return []
         first_row = len(self.live)
         prefill_started = time.perf_counter()
-        tokens, hidden = self._prefill(admitted, first_row)
+        tokens, states = self._prefill(admitted, first_row)
         now = time.perf_counter()
         # The target's prefill alone (no cache allocation): a lazy draft's catch-up is
         # priced from it until one is timed.
@@ -318,9 +318,8 @@ class Engine:
         _drop_finished(self.live, [self._cache], start=first_row)
         if self._drafter is not None and len(self.live) > first_row:
             self._drafter.admit([s.prompt_ids + s.output_ids for s in self.live[first_row:]])
-            if hasattr(self._drafter, "observe"):  # speculator heads read the target's state
-                kept = [admitted.index(s) for s in self.live[first_row:]]
-                self._drafter.observe(hidden[kept], first_row=first_row)
+            kept = [admitted.index(s) for s in self.live[first_row:]]
+            self._drafter.observe_pass(states.select(kept, first_row))
         self.prefill_s += time.perf_counter() - started
         return admitted
 
@@ -397,15 +396,14 @@ class Engine:
         # Verify: the last committed token and the draft in one target pass; accept; roll
         # the cache back to the last committed token and the accepted drafts.
         if isinstance(draft, TreeDraft):
-            verdict, hidden = self._verify_tree(live, cache, draft, params, generators)
+            verdict, states = self._verify_tree(live, cache, draft, params, generators)
         else:
-            verdict, hidden = self._verify_chain(live, cache, draft, params, generators)
+            verdict, states = self._verify_chain(live, cache, draft, params, generators)
         accepted = verdict.num_accepted.cpu()
         next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
         if drafter is not None:
             drafter.commit(verdict.num_accepted, next_tokens)
-            if hasattr(drafter, "observe"):  # not in Algorithm 1: the state next_tokens came from
-                drafter.observe(hidden)
+            drafter.observe_pass(states)  # not in Algorithm 1: the target's kept states
         emitted = verdict.tokens.tolist()  # the one host sync of the step
         now = time.perf_counter()
         lengths = draft.lengths.tolist()
@@ -419,8 +417,8 @@ class Engine:
         self.window.observe(B, k, now - t1, draft_s, *_conditional_counts(accepted, draft))
 
     def _verify_chain(self, live, cache, draft, params, generators):
-        """k+1 positions per row in one pass; returns the verdict and the hidden state
-        `[B, H]` each row's next token came from."""
+        """k+1 positions per row in one pass; returns the verdict and the kept positions'
+        states (the last committed token and the accepted drafts)."""
         B, device = len(live), self.model.device
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
         start = cache.lengths[:B].clone()
@@ -430,7 +428,8 @@ class Engine:
         target_probs = request_probs(out.logits, params)  # [B, k+1, V]
         verdict = self.acceptor(draft, target_probs, generators)
         cache.truncate(start + 1 + verdict.num_accepted.cpu())
-        return verdict, out.hidden[torch.arange(B, device=device), verdict.num_accepted]
+        tokens = torch.cat([last, draft.tokens.to(device)], 1)  # [B, k+1]
+        return verdict, PassStates(tokens, out.hidden, 1 + verdict.num_accepted)
 
     def _verify_tree(self, live, cache, draft: TreeDraft, params, generators):
         """The root (last committed token) and every tree node in one pass with a tree mask.
@@ -467,15 +466,15 @@ class Engine:
         on_path = torch.arange(d)[None, :] < accepted[:, None]
         cache.move_slots(torch.where(on_path, start[:, None] + index[:, 1:], dst), dst)
         cache.truncate(start + 1 + accepted)
-        at = index.gather(1, accepted[:, None])[:, 0].to(device)
         verdict = Verdict(tokens.to(device), accepted.to(device))
-        return verdict, out.hidden[torch.arange(B, device=device), at]
+        H = out.hidden.shape[-1]
+        kept = out.hidden.gather(1, index.to(device)[..., None].expand(-1, -1, H))  # [B, 1+d, H]
+        path_tokens = torch.cat([last, tokens[:, :d].to(device)], 1)  # [B, 1+d]
+        return verdict, PassStates(path_tokens, kept, 1 + accepted.to(device))
 
-    def _prefill(
-        self, seqs: list[LiveSequence], first_row: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _prefill(self, seqs: list[LiveSequence], first_row: int) -> tuple[torch.Tensor, PassStates]:
         """Run the prompts of rows `first_row..` at once (right-padded); sample each row's
-        first token `[B]`; also return the hidden state it was sampled from `[B, H]`."""
+        first token `[B]`; also return the prompts' states (the last: its source)."""
         tokens, lengths = right_pad([s.prompt_ids for s in seqs], self.model.device)
         out = self.model(
             tokens,
@@ -487,8 +486,8 @@ class Engine:
         probs = request_probs(out.logits, [s.params for s in seqs])
         draft = Draft.empty(len(seqs), self.model.device)
         verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
-        last = (lengths - 1).to(self.model.device)
-        return verdict.tokens[:, 0], out.hidden[torch.arange(len(seqs), device=last.device), last]
+        states = PassStates(tokens, out.hidden, lengths.to(out.hidden.device), first_row)
+        return verdict.tokens[:, 0], states
 
     def completion(self, seq: LiveSequence) -> Completion:
         """The result of a finished (or aborted) request; times count from its arrival."""

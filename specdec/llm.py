@@ -69,6 +69,11 @@ class LLM:
         drafts a candidate tree of the best `n_candidates` paths (default: all), verified
         in one target pass (`specdec.speculator.tree`); lossless with the rejection and
         greedy acceptors.
+    learn: with speculator heads, train them on the requests this LLM answers while it
+        serves (`specdec.speculator.online`), checkpointing into the heads directory; a
+        directory without heads starts untrained ones (`learn_heads` of them, reusing the
+        target's tables). `learn_config` (a LearnConfig) sets the budget and sizes;
+        `learner` then holds the trainer and its metrics. Output stays lossless.
     """
 
     @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others
@@ -90,6 +95,9 @@ class LLM:
         draft_tp: int = 1,
         tree: str | Sequence[int] | None = None,
         n_candidates: int | None = None,
+        learn: bool = False,
+        learn_config=None,
+        learn_heads: int = 3,
     ) -> None:
         from specdec.models.registry import resolve
 
@@ -124,10 +132,23 @@ class LLM:
         self.quant = quant
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
-        self.speculator = None
+        self.speculator = self.learner = None
         self.tree = _parse_tree(tree)
         self.n_candidates = n_candidates
+        if learn:
+            if tp > 1:
+                raise InvalidParameterError("learning while serving runs with --tp 1 only")
+            if draft is None or draft == "ngram":
+                raise InvalidParameterError("--learn needs a speculator directory as --draft")
+            _new_heads_if_empty(draft, self.model, learn_heads)
         factory = self._drafter_factory(draft, dtype, device, draft_quant) if draft else None
+        if learn:
+            if self.speculator is None:
+                raise InvalidParameterError(f"--learn: {draft} holds no speculator heads")
+            from specdec.speculator.online import OnlineLearner
+
+            self.learner = OnlineLearner(self.speculator, learn_config, out=draft)
+            self.learner.start()
         if self.tree is not None and self.speculator is None:
             raise InvalidParameterError("--tree needs speculator heads as --draft")
         tree_nodes = factory(1, 1).max_nodes if self.tree is not None else 0
@@ -164,7 +185,12 @@ class LLM:
             # target's all-reduces; heads that reuse the target's head get it whole.
             self.speculator = load_speculator(draft, self.model, self.model.dtype, device)
             return lambda max_batch, max_len: SpeculatorDrafter(
-                self.speculator, max_batch, device, tree=self.tree, n_candidates=self.n_candidates
+                self.speculator if self.learner is None else self.learner.current,
+                max_batch,
+                device,
+                tree=self.tree,
+                n_candidates=self.n_candidates,
+                learner=self.learner,
             )
         from specdec.models.registry import resolve
 
@@ -202,7 +228,10 @@ class LLM:
         return shared_seeds(params, n, self.tp)
 
     def close(self) -> None:
-        """Leave the tensor-parallel group if this LLM joined it (no-op for tp = 1)."""
+        """Stop learning (checkpointing the heads) and leave the tensor-parallel group if
+        this LLM joined it."""
+        if self.learner is not None:
+            self.learner.close()
         if self.tp is not None:
             self.tp.close()
 
@@ -212,6 +241,19 @@ def _tuned(model):
     if model.device.type == "cpu":
         tune_kernels(model)
     return model
+
+
+def _new_heads_if_empty(draft: str, target, n: int) -> None:
+    """`--learn` on a directory without heads: untrained ones (the target's tables, so only
+    small projections and adapters learn), written there so a restart resumes."""
+    from specdec.speculator.model import build_speculator
+
+    path = Path(draft).expanduser()
+    if (path / "config.json").exists():
+        return
+    if path.exists() and any(path.iterdir()):
+        raise InvalidParameterError(f"--learn: {path} is neither heads nor an empty directory")
+    build_speculator(target, n_predict=n, reuse_target=True).save(path)
 
 
 def _parse_tree(tree: str | Sequence[int] | None) -> tuple[int, ...] | None:

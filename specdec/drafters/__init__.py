@@ -1,8 +1,15 @@
 """Drafters propose tokens for the target to verify; see `base.Drafter` for the contract."""
 
-from specdec.drafters.base import Drafter
+from specdec.drafters.base import Drafter, DrafterBase, PassStates
 from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.ngram import NgramDrafter
 from specdec.drafters.speculator import SpeculatorDrafter
 
-__all__ = ["DraftModelDrafter", "Drafter", "NgramDrafter", "SpeculatorDrafter"]
+__all__ = [
+    "DraftModelDrafter",
+    "Drafter",
+    "DrafterBase",
+    "NgramDrafter",
+    "PassStates",
+    "SpeculatorDrafter",
+]

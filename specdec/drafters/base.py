@@ -15,15 +15,18 @@ has a history of committed tokens whose last token is not yet in any KV cache.
   draft tokens (of a tree: along the accepted path) and added next_tokens; roll back
   whatever else was drafted.
 - `move_row(src, dst)` / `reset_row(row)`: the engine repacks rows when sequences finish.
-- optional `observe(hidden [B, H], first_row=0)`: a drafter that has it gets the target's
-  final-normed hidden state at each row's last cached position (the state the row's last
-  committed token was sampled from), after the prefill of admitted rows (rows first_row..)
-  and after every verify pass (all rows, following `commit`). Speculator heads use it.
+- `observe_pass(states: PassStates)`: what a target pass kept, after the prefill of
+  admitted rows (rows first_row..) and after every verify pass (all rows, following
+  `commit`): the kept tokens and the target's final-normed state at each. `states.last` is
+  the state each row's last committed token was sampled from (speculator heads draft from
+  it); a learning drafter records them all. `DrafterBase` gives the do-nothing default, so
+  the engine calls it unconditionally.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -47,3 +50,37 @@ class Drafter(Protocol):
     def move_row(self, src: int, dst: int) -> None: ...
 
     def reset_row(self, row: int) -> None: ...
+
+    def observe_pass(self, states: PassStates) -> None: ...
+
+
+@dataclass(frozen=True)
+class PassStates:
+    """The positions one target pass kept, for rows `first_row .. first_row + B`.
+
+    A prefill keeps every prompt position; a verify pass keeps the last committed token and
+    the accepted drafts (of a tree: along the accepted path). The state at a position is the
+    one that predicts the token after it."""
+
+    tokens: torch.Tensor  # [B, T] token ids at the kept positions (right-padded)
+    hidden: torch.Tensor  # [B, T, H] the target's final-normed state at each
+    lengths: torch.Tensor  # [B] kept positions per row (>= 1), on hidden's device
+    first_row: int = 0
+
+    @property
+    def last(self) -> torch.Tensor:
+        """`[B, H]`: the state at each row's last kept position."""
+        rows = torch.arange(len(self.lengths), device=self.hidden.device)
+        return self.hidden[rows, self.lengths - 1]
+
+    def select(self, rows: list[int], first_row: int) -> PassStates:
+        """Only `rows` (indices into this batch), renumbered from `first_row`."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.hidden.device)
+        return PassStates(self.tokens[index], self.hidden[index], self.lengths[index], first_row)
+
+
+class DrafterBase:
+    """Do-nothing defaults for the drafter contract's optional powers."""
+
+    def observe_pass(self, states: PassStates) -> None:
+        """Most drafters ignore the target's states."""

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from specdec.acceptors import Draft
+from specdec.drafters.base import DrafterBase
 from specdec.errors import TokenizerMismatchError
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import param_tensors, probs_from_logits, sample
@@ -43,7 +44,7 @@ def check_same_tokenizer(target_tokenizer, draft_tokenizer) -> None:
     )
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(DrafterBase):
     def __init__(
         self,
         model: Transformer,

@@ -13,6 +13,11 @@ With `tree=(4, 3, 2)` it proposes a candidate tree (`TreeDraft`, see
 in one target pass, losslessly at any temperature (`TreeWalkSampler`: the argmax walk for
 greedy rows, recursive rejection sampling over the children for rows that sample).
 `sampled_tree=False` gives sampling rows only the best path (a chain) instead.
+
+With a `learner` (`specdec.speculator.online.OnlineLearner`) the drafter also records the
+target's kept states and tokens of its rows for the learner, reports how many of its
+drafts were kept, and proposes with the learner's newest heads, taken once at the start of
+each proposal (the swap: a step drafts with one version throughout).
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from collections.abc import Sequence
 import torch
 
 from specdec.acceptors import Draft
+from specdec.drafters.base import DrafterBase
 from specdec.errors import InvalidParameterError
 from specdec.speculator.tree import TokenTree, TreeDraft, select_paths
 
 
-class SpeculatorDrafter:
+class SpeculatorDrafter(DrafterBase):
     def __init__(
         self,
         speculator,
@@ -36,8 +42,16 @@ class SpeculatorDrafter:
         tree: tuple[int, ...] | None = None,
         n_candidates: int | None = None,
         sampled_tree: bool = True,
+        learner=None,
     ) -> None:
         self.speculator = speculator
+        self.learner = learner
+        self.recorder = None
+        if learner is not None:
+            from specdec.speculator.online import RequestRecorder
+
+            self.recorder = RequestRecorder(learner)
+        self._drafted = 0  # heads used in the latest proposal
         cfg = speculator.config
         self.n_predict = cfg.n_predict
         if tree is not None:
@@ -61,11 +75,19 @@ class SpeculatorDrafter:
         """New rows; their hidden states arrive through `observe(hidden, first_row)`."""
         start, self.rows = self.rows, self.rows + len(histories)
         self.last[start : self.rows] = torch.tensor([h[-1] for h in histories])
+        if self.recorder is not None:
+            self.recorder.admit(histories)
 
     def observe(self, hidden: torch.Tensor, first_row: int = 0) -> None:
         """The target's final-normed state `[B, E]` at the last cached position of rows
         `first_row ..` (the state the last committed token was sampled from)."""
         self.hidden[first_row : first_row + len(hidden)] = hidden
+
+    def observe_pass(self, states) -> None:
+        """Drafts start from each row's last kept state; a learner records them all."""
+        self.observe(states.last, states.first_row)
+        if self.recorder is not None:
+            self.recorder.record(states)
 
     @property
     def max_nodes(self) -> int:
@@ -78,7 +100,10 @@ class SpeculatorDrafter:
         )
 
     def propose(self, k, params, generators) -> Draft | TreeDraft:
+        if self.learner is not None:
+            self.speculator = self.learner.current  # the swap, between steps
         n = min(k, self.n_predict)
+        self._drafted = n
         B = self.rows
         if n == 0:
             return Draft.empty(B, self.hidden.device)
@@ -100,12 +125,19 @@ class SpeculatorDrafter:
 
     def commit(self, num_accepted, next_tokens) -> None:
         self.last[: self.rows] = next_tokens.to(self.last.device)
+        if self.learner is not None:
+            self.learner.record_step(self._drafted, num_accepted)
+            self.recorder.commit(next_tokens)
 
     def move_row(self, src: int, dst: int) -> None:
         self.hidden[dst] = self.hidden[src]
         self.last[dst] = self.last[src]
+        if self.recorder is not None:
+            self.recorder.move_row(src, dst)
         self.reset_row(src)
 
     def reset_row(self, row: int) -> None:
+        if self.recorder is not None:
+            self.recorder.reset_row(row)
         if row == self.rows - 1:
             self.rows -= 1

@@ -61,10 +61,16 @@ def build_app(
     api_key: str | None = None,
     max_queue: int = 256,
     sync: Callable[[list | None], list] | None = None,
+    learner=None,
 ) -> FastAPI:
     """The server for one engine; `model_name` is the id clients must ask for. `sync`
-    shares each step's commands with the other ranks under tensor parallelism."""
+    shares each step's commands with the other ranks under tensor parallelism. `learner`
+    (heads learning while serving) adds its figures to /metrics and usage.speculation."""
     metrics = ServerMetrics()
+
+    def heads() -> dict | None:
+        return None if learner is None else learner.metrics()
+
     runner = AsyncEngine(engine, metrics, max_queue, sync)
     tokenizer = engine.tokenizer
     vocab_size = len(tokenizer)
@@ -171,6 +177,8 @@ def build_app(
 
     @app.get("/metrics")
     async def prometheus():
+        if learner is not None:
+            metrics.learning(heads())
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models", dependencies=[Depends(authorize)])
@@ -194,7 +202,9 @@ def build_app(
 
         if req.stream:
             prefix = (lambda i: prompt_texts[i // req.n]) if req.echo else None
-            body = _stream(runner, handles, events, tokenizer, chunk, req, prompts, prefix)
+            body = _stream(
+                runner, handles, events, tokenizer, chunk, req, prompts, prefix, heads=heads
+            )
             return _sse(body)
         done = await _collect(runner, handles, events, request)
         choices = [
@@ -207,7 +217,7 @@ def build_app(
             for i, c in enumerate(done)
         ]
         body = _envelope(rid, "text_completion", created, model_name, choices)
-        body["usage"] = _usage(prompts, req.n, done)
+        body["usage"] = _usage(prompts, req.n, done, heads())
         return body
 
     @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
@@ -236,7 +246,9 @@ def build_app(
                 body["choices"][0]["delta"] = {"role": "assistant", "content": ""}
                 return body
 
-            body = _stream(runner, handles, events, tokenizer, chunk, req, [prompt], None, opening)
+            body = _stream(
+                runner, handles, events, tokenizer, chunk, req, [prompt], None, opening, heads
+            )
             return _sse(body)
         done = await _collect(runner, handles, events, request)
         choices = [
@@ -249,7 +261,7 @@ def build_app(
             for i, c in enumerate(done)
         ]
         body = _envelope(rid, "chat.completion", created, model_name, choices)
-        body["usage"] = _usage([prompt], req.n, done)
+        body["usage"] = _usage([prompt], req.n, done, heads())
         return body
 
     return app
@@ -276,10 +288,12 @@ def _finish(c: Completion) -> str:
     return "length" if c.finish_reason == "length" else "stop"
 
 
-def _usage(prompts: list[list[int]], n: int, done: list[Completion]) -> dict:
+def _usage(
+    prompts: list[list[int]], n: int, done: list[Completion], heads: dict | None = None
+) -> dict:
     stats = sum((c.stats for c in done), SpecStats())
     completion_tokens = sum(c.num_generated for c in done)
-    return usage(sum(len(p) for p in prompts), completion_tokens, stats)
+    return usage(sum(len(p) for p in prompts), completion_tokens, stats, heads)
 
 
 async def _collect(
@@ -315,6 +329,7 @@ async def _stream(
     prompts: list[list[int]],
     echo: Callable[[int], str] | None,
     opening: Callable[[int], dict] | None = None,
+    heads: Callable[[], dict | None] = lambda: None,
 ) -> AsyncIterator[str]:
     """Server-sent events: text deltas per choice as the engine produces them, a final chunk
     with the finish reason, the usage chunk when asked, then [DONE]. Leaving early (the
@@ -349,7 +364,7 @@ async def _stream(
                 done = [finished[i] for i in range(len(handles))]
                 body = chunk(0, "", None)
                 body["choices"] = []
-                body["usage"] = _usage(prompts, req.n, done)
+                body["usage"] = _usage(prompts, req.n, done, heads())
                 yield _data(body)
         yield "data: [DONE]\n\n"
     finally:

@@ -89,6 +89,47 @@ class ServerMetrics:
         )
         self.steps = Counter("specdec_engine_steps", "Engine steps (batched)", registry=r)
         self._totals = SpecStats()  # per-position totals for the acceptance gauge
+        self._learning = None  # gauges made on first use: only a --learn server has them
+
+    def learning(self, heads: dict) -> None:
+        """The learner's figures (`OnlineLearner.metrics`), set when /metrics is read."""
+        if self._learning is None:
+            r = self.registry
+            self._learning = {
+                "version": Gauge("specdec_heads_version", "Heads published so far", registry=r),
+                "steps": Gauge("specdec_heads_train_steps", "Training steps so far", registry=r),
+                "buffer_tokens": Gauge(
+                    "specdec_heads_buffer_tokens", "Tokens in the traffic buffer", registry=r
+                ),
+                "buffer_requests": Gauge(
+                    "specdec_heads_buffer_requests", "Requests in the traffic buffer", registry=r
+                ),
+                "loss": Gauge("specdec_heads_loss", "Latest training loss", registry=r),
+                "mean_accepted_length": Gauge(
+                    "specdec_heads_mean_accepted_length",
+                    "Tokens per target pass over the recent steps",
+                    registry=r,
+                ),
+                "acceptance": Gauge(
+                    "specdec_heads_acceptance",
+                    "Acceptance of each head over the recent steps",
+                    ["head"],
+                    registry=r,
+                ),
+                "failed": Gauge(
+                    "specdec_heads_trainer_failed", "1 once the trainer has failed", registry=r
+                ),
+            }
+        g = self._learning
+        for key in ("version", "steps", "buffer_tokens", "buffer_requests", "loss"):
+            if heads[key] is not None:
+                g[key].set(heads[key])
+        if heads["mean_accepted_length"] is not None:
+            g["mean_accepted_length"].set(heads["mean_accepted_length"])
+        for i, rate in enumerate(heads["acceptance_per_head"]):
+            if rate is not None:
+                g["acceptance"].labels(str(i)).set(rate)
+        g["failed"].set(0 if heads["error"] is None else 1)
 
     def finished(self, finish_reason: str, prompt_tokens: int, stats: SpecStats) -> None:
         """Record one finished (or aborted) request."""

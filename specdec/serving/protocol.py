@@ -129,8 +129,11 @@ def now() -> int:
     return int(time.time())
 
 
-def usage(prompt_tokens: int, completion_tokens: int, stats: SpecStats | None) -> dict:
-    """OpenAI's usage object plus a `speculation` extension with the request's figures."""
+def usage(
+    prompt_tokens: int, completion_tokens: int, stats: SpecStats | None, heads: dict | None = None
+) -> dict:
+    """OpenAI's usage object plus a `speculation` extension with the request's figures
+    (and, when the heads learn while serving, the learner's under `heads`)."""
     body: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
@@ -145,6 +148,8 @@ def usage(prompt_tokens: int, completion_tokens: int, stats: SpecStats | None) -
             "mean_accepted_length": round(stats.mean_accepted_length, 4),
             "acceptance_per_position": [round(a, 4) for a in stats.acceptance_per_position],
         }
+        if heads is not None:
+            body["speculation"]["heads"] = heads
     return body
 
 

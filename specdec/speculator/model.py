@@ -27,19 +27,35 @@ Options:
   ids (`vocab_map [N]` maps draft ids back to target ids). With `reuse_target` the head is
   the target's lm_head rows for those ids, so a head costs N / V of the target's head.
 
-Files: `config.json` + `model.safetensors` in the MLPSpeculator layout (config fields
-n_predict, emb_dim, inner_dim, vocab_size, tie_weights, scale_input; tensors
-emb.{i}.weight, proj.{i}.weight, head.{i}.weight, ln.{i}.weight, ln.{i}.bias). Deviations,
-all recorded in config.json under "specdec":
-- fms-extras multiplies the embeddings by sqrt((1 - w_s^2) * D / 2) where we use the
-  paper's sqrt(1 - w_s^2); the file stores emb / sqrt(D / 2) so a loader with the fms
-  formula computes the same function (the norm after the sum makes the rest equal).
-- `reuse_target` files hold no emb/head tensors (they come from the target at load time)
-  but `adapter.{i}.weight` [E, E];
-  a reduced vocabulary adds a `vocab_map` tensor, and own embeddings then have N + 1 rows
-  (the last one for every target id outside the draft vocabulary). Such files load only here.
-- Tied weights are written once per head index (safetensors refuses shared storage), as
-  other loaders expect every index to be present.
+Files: `config.json` + `model.safetensors` in the MLPSpeculator layout that vLLM
+(`vllm/model_executor/models/mlp_speculator.py`) and IBM's fms-extras read: config fields
+model_type "mlp_speculator", n_predict, emb_dim, inner_dim (0 = emb_dim), vocab_size,
+tie_weights, scale_input, top_k_tokens_per_head (one per head), n_candidates; tensors
+emb.{i}.weight [N, D], proj.{i}.weight [D, E or D], head.{i}.weight [N, D], ln.{i}.weight
+and ln.{i}.bias [D]. ln0 (scale_input) has no weights in any of the three. Loading also
+takes names with the `speculator.` prefix of IBM's Hugging Face checkpoints, and tied files
+that hold only the canonical index of a tied tensor (emb.0, head.0, ln.0, proj.1).
+
+The math is the same function in all three, written three ways:
+- state/embedding weights: we compute w_s * proj(s) + w_e * emb(x) (the paper's
+  sqrt(1 - w_s^2)); fms-extras multiplies the embedding by w_e * sqrt(D / 2), vLLM adds
+  emb * (w_e * sqrt(D / 2) / w_s) to proj(s). The norm that follows removes the common
+  factor w_s (up to its eps), so the file stores emb / sqrt(D / 2) and every loader
+  computes our function; `emb_scale` (only for the target's reused table) is never stored.
+- norm: x / sqrt(mean(x^2) + 1e-6) * weight + bias, no mean subtraction, in all three
+  (fms-extras' LayerNormParameterized defaults; vLLM's MLPSpeculatorLayerNorm).
+- activation: exact (erf) GELU in all three; ln0 then / sqrt(2) when scale_input.
+- tie_weights: one emb, head and ln for every head and one proj for heads 1.. here and in
+  fms-extras; vLLM since 2025 keeps the heads untied under tie_weights, so every index is
+  written (equal copies; safetensors refuses shared storage) and a tied file whose
+  head.{i} differ is refused rather than silently tied.
+
+Files only specdec can load are marked so that other loaders refuse them instead of
+computing something else: heads that reuse the target's tables (`adapter.{i}.weight`
+[E, E], no emb/head tensors) or score a reduced vocabulary (`vocab_map` [N]; own
+embeddings then have N + 1 rows, the last for every id outside it) name the architecture
+`SpecdecMLPSpeculator`, which vLLM does not know, and record the difference in
+config.json under "specdec". Own-table heads at the full vocabulary are portable.
 """
 
 from __future__ import annotations
@@ -63,7 +79,9 @@ from specdec.errors import (
 )
 
 MODEL_TYPE = "mlp_speculator"
-ARCHITECTURE = "MLPSpeculatorPreTrainedModel"
+ARCHITECTURE = "MLPSpeculatorPreTrainedModel"  # vLLM's registry name for the layout
+SPECDEC_ARCHITECTURE = "SpecdecMLPSpeculator"  # our extensions: no other loader knows it
+HF_PREFIX = "speculator."  # tensor names in IBM's Hugging Face checkpoints
 WEIGHTS = "model.safetensors"
 NORM_EPS = 1e-6
 
@@ -78,7 +96,10 @@ class SpeculatorConfig:
     tie_weights: bool = False
     scale_input: bool = True  # normalise h_t (RMS 1/sqrt(2)) before head 0, as fms-extras
     reuse_target: bool = False  # emb/head are the target's frozen embed_tokens/lm_head
-    emb_scale: float = 1.0  # multiplies embeddings (1/RMS of the target's table when reused)
+    emb_scale: float = 1.0  # multiplies the target's reused embeddings (1/RMS of its table)
+    # Carried for other stacks' candidate trees (vLLM, fms-extras); None: one per head.
+    top_k_tokens_per_head: tuple[int, ...] | None = None
+    n_candidates: int | None = None
 
     def __post_init__(self) -> None:
         def check(ok: bool, message: str) -> None:
@@ -98,6 +119,24 @@ class SpeculatorConfig:
             f"got {self.inner_dim}",
         )
         check(not self.tie_weights or self.n_predict > 1, "tie_weights needs n_predict > 1")
+        check(
+            self.reuse_target or self.emb_scale == 1.0,
+            f"own embedding tables learn their scale: emb_scale must be 1, got {self.emb_scale}",
+        )
+        if self.top_k_tokens_per_head is None:  # normalised, so a file round-trips equal
+            object.__setattr__(self, "top_k_tokens_per_head", (1,) * self.n_predict)
+        if self.n_candidates is None:
+            object.__setattr__(self, "n_candidates", 1)
+        top_k = self.top_k_tokens_per_head
+        check(
+            top_k is None or (len(top_k) == self.n_predict and min(top_k) >= 1),
+            f"top_k_tokens_per_head needs {self.n_predict} sizes >= 1, got {top_k}",
+        )
+
+    @property
+    def portable(self) -> bool:
+        """True when vLLM and fms-extras load the file as this same function."""
+        return not self.reuse_target and not self.reduced_vocab
 
     @property
     def reduced_vocab(self) -> bool:
@@ -114,7 +153,7 @@ class SpeculatorConfig:
     def to_json(self) -> dict:
         """config.json: the MLPSpeculator fields, plus our own under "specdec"."""
         return {
-            "architectures": [ARCHITECTURE],
+            "architectures": [ARCHITECTURE if self.portable else SPECDEC_ARCHITECTURE],
             "model_type": MODEL_TYPE,
             "n_predict": self.n_predict,
             "emb_dim": self.emb_dim,
@@ -122,8 +161,8 @@ class SpeculatorConfig:
             "vocab_size": self.vocab_size,
             "tie_weights": self.tie_weights,
             "scale_input": self.scale_input,
-            "top_k_tokens_per_head": [1] * self.n_predict,
-            "n_candidates": 1,
+            "top_k_tokens_per_head": list(self.top_k_tokens_per_head),
+            "n_candidates": self.n_candidates,
             "specdec": {
                 "target_vocab_size": self.target_vocab_size,
                 "reuse_target": self.reuse_target,
@@ -146,6 +185,12 @@ class SpeculatorConfig:
                 scale_input=bool(data.get("scale_input", False)),
                 reuse_target=bool(ours.get("reuse_target", False)),
                 emb_scale=float(ours.get("emb_scale", 1.0)),
+                top_k_tokens_per_head=(
+                    tuple(int(t) for t in data["top_k_tokens_per_head"])
+                    if data.get("top_k_tokens_per_head")
+                    else None
+                ),
+                n_candidates=int(data["n_candidates"]) if data.get("n_candidates") else None,
             )
         except KeyError as err:
             raise ModelIntegrityError(f"speculator config.json lacks the field {err}") from None
@@ -380,7 +425,7 @@ def load_speculator(
         cfg = SpeculatorConfig.from_json(json.loads(config_file.read_text()))
     except ValueError as err:
         raise ModelIntegrityError(f"{config_file}: unreadable speculator config ({err})") from err
-    tensors = _read(weights)
+    tensors = _untie(_read(weights), cfg, weights)
     if target is not None:
         tcfg = target.config
         if tcfg.hidden_size != cfg.emb_dim:
@@ -470,6 +515,54 @@ def _expected_shapes(model: MLPSpeculator) -> dict[str, tuple[int, ...]]:
         else:
             shapes[f"adapter.{i}.weight"] = tuple(model.adapter[i].weight.shape)
     return shapes
+
+
+def _tied_to(name: str, cfg: SpeculatorConfig) -> str:
+    """The canonical name of a tensor under tie_weights (itself when untied)."""
+    kind, _, rest = name.partition(".")
+    index, _, leaf = rest.partition(".")
+    if not cfg.tie_weights or not index.isdigit():
+        return name
+    i = int(index)
+    if kind in ("emb", "head", "ln", "adapter"):
+        i = 0
+    elif kind == "proj":
+        i = min(i, 1)
+    return f"{kind}.{i}.{leaf}"
+
+
+def _untie(
+    tensors: dict[str, torch.Tensor], cfg: SpeculatorConfig, file: Path
+) -> dict[str, torch.Tensor]:
+    """Names as this module writes them: the `speculator.` prefix of IBM's Hugging Face
+    files dropped, and under tie_weights every index present (a file may hold only the
+    canonical one). A tied tensor whose copies differ is refused: this model would tie
+    what the file keeps apart (vLLM's newer MLPSpeculator unties the heads)."""
+    tensors = {k.removeprefix(HF_PREFIX): v for k, v in tensors.items()}
+    if not cfg.tie_weights:
+        return tensors
+    for name in list(tensors):
+        canonical = _tied_to(name, cfg)
+        if canonical != name and canonical in tensors:
+            if not torch.equal(tensors[name], tensors[canonical]):
+                raise ModelIntegrityError(
+                    f"{file}: tie_weights is set but {name} differs from {canonical}; "
+                    "heads untied under tie_weights are not supported"
+                )
+    for i in range(cfg.n_predict):
+        for kind, leaves in (
+            ("emb", "weight"),
+            ("head", "weight"),
+            ("proj", "weight"),
+            ("ln", "weight bias"),
+            ("adapter", "weight"),
+        ):
+            for leaf in leaves.split():
+                name = f"{kind}.{i}.{leaf}"
+                canonical = _tied_to(name, cfg)
+                if name not in tensors and canonical in tensors:
+                    tensors[name] = tensors[canonical]
+    return tensors
 
 
 def _read(file: Path) -> dict[str, torch.Tensor]:

@@ -278,15 +278,54 @@ def lr_at(step: int, total: int, peak: float, warmup: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
-class TargetStates:
-    """The frozen target's final-normed hidden states for right-padded token rows."""
+class Throughput:
+    """Tokens per second of the two costs of training, kept apart because they differ by
+    orders of magnitude and are bought differently: `target` counts the tokens whose states
+    the frozen target produced (stage-1 passes; stage-2 generation and its state pass) per
+    second spent in the target, `heads` the positions trained per second of head steps
+    (forward, backward, optimizer). Cached states cost neither."""
 
-    def __init__(self, target) -> None:
+    def __init__(self) -> None:
+        self.tokens = {"target": 0, "heads": 0}
+        self.seconds = {"target": 0.0, "heads": 0.0}
+
+    def add(self, kind: str, tokens: int, seconds: float) -> None:
+        self.tokens[kind] += tokens
+        self.seconds[kind] += seconds
+
+    def rate(self, kind: str) -> float | None:
+        """Tokens per second so far, None before any was timed."""
+        s = self.seconds[kind]
+        return self.tokens[kind] / s if s > 0 else None
+
+    def postfix(self) -> dict[str, str]:
+        """For a progress bar: `target=1.2k/s heads=35k/s` ('-' where nothing ran yet)."""
+        return {k: "-" if (r := self.rate(k)) is None else f"{_si(r)}/s" for k in self.tokens}
+
+    def log(self) -> dict[str, float | None]:
+        return {f"{k}_tokens_per_s": _round(self.rate(k)) for k in self.tokens}
+
+
+def _si(x: float) -> str:
+    return f"{x / 1e6:.1f}M" if x >= 1e6 else f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+class TargetStates:
+    """The frozen target's final-normed hidden states for right-padded token rows; their
+    cost goes to `throughput` as target time."""
+
+    def __init__(self, target, throughput: Throughput | None = None) -> None:
         self.target = target
+        self.throughput = throughput or Throughput()
         self._cache = None
 
     @torch.no_grad()
     def __call__(self, tokens: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        started = time.perf_counter()
         B, T = tokens.shape
         c = self._cache
         if c is None or c.max_batch < B or c.max_len < T:
@@ -298,6 +337,8 @@ class TargetStates:
             num_new=lengths,
             logits_at=torch.zeros(B, 1, dtype=torch.long),  # logits unused: one position
         )
+        count = B * T if lengths is None else int(lengths.sum())
+        self.throughput.add("target", count, time.perf_counter() - started)
         return out.hidden  # [B, T, E]
 
 
@@ -321,7 +362,8 @@ class SpeculatorTrainer:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.eos_ids = eos_ids
-        self.states = TargetStates(target)
+        self.throughput = Throughput()
+        self.states = TargetStates(target, self.throughput)
         order = list(range(len(corpus)))
         random.Random(cfg.seed).shuffle(order)
         n_eval = min(cfg.eval_prompts, max(0, len(order) - 1))
@@ -419,7 +461,8 @@ class SpeculatorTrainer:
         bar = _progress(self.cfg.progress, steps, start, f"stage {stage}")
         t0, seen = time.perf_counter(), 0
         for step in range(start, steps):
-            hidden, tokens, valid = next_batch(step)
+            hidden, tokens, valid = next_batch(step)  # the target's time is counted inside
+            heads_started = time.perf_counter()
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, steps, peak, self.cfg.warmup)
             loss, m = head_losses(spec, hidden, tokens, valid)
@@ -427,12 +470,13 @@ class SpeculatorTrainer:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(spec.trainable, 1.0)
             opt.step()
+            self.throughput.add("heads", m.tokens, time.perf_counter() - heads_started)
             seen += m.tokens
             done = step + 1
             if bar is not None:
                 bar.update(1)
                 acc = "/".join(f"{a:.2f}" for a in m.acc_per_head)
-                bar.set_postfix(loss=f"{m.loss:.3f}", acc=acc)
+                bar.set_postfix(loss=f"{m.loss:.3f}", acc=acc, **self.throughput.postfix())
             if done % self.cfg.log_every == 0 or done == steps:
                 rate = seen / max(1e-9, time.perf_counter() - t0)
                 self._log(
@@ -441,7 +485,8 @@ class SpeculatorTrainer:
                         "step": done,
                         "lr": group["lr"],
                         **asdict(m),
-                        "tokens_per_s": round(rate, 1),
+                        "tokens_per_s": round(rate, 1),  # positions per wall second, overall
+                        **self.throughput.log(),
                     }
                 )
             if done % self.cfg.checkpoint_every == 0 or done == steps:
@@ -558,8 +603,12 @@ class SpeculatorTrainer:
                     )
                     for j in range(len(batch))
                 ]
+                started = time.perf_counter()
                 outs = engine.generate(batch, params)
                 seqs = [p + o.token_ids for p, o in zip(batch, outs, strict=True)]
+                # Generation is target time spent on these segments; their tokens are
+                # counted once, by the state pass below.
+                self.throughput.add("target", 0, time.perf_counter() - started)
                 padded, lengths = right_pad(seqs)
                 hidden = self.states(padded, lengths)  # [b, S, E]
                 tensors = {}
@@ -574,6 +623,7 @@ class SpeculatorTrainer:
                 pool.append((loaded[f"tokens.{j}"], loaded[f"hidden.{j}"]))
             if bar is not None:
                 bar.update(1)
+                bar.set_postfix(target=self.throughput.postfix()["target"])
         if bar is not None:
             bar.close()
         return pool

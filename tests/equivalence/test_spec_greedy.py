@@ -8,7 +8,7 @@ import torch
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
-from specdec.drafters import DraftModelDrafter, NgramDrafter
+from specdec.drafters import DrafterBase, DraftModelDrafter, NgramDrafter
 from specdec.engine import Engine
 
 from tiny import hf_tiny, native_from_hf
@@ -17,7 +17,7 @@ PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 
 N = 25
 
 
-class OracleDrafter:
+class OracleDrafter(DrafterBase):
     """Proposes the true greedy continuation, except where `right(step, i)` says no."""
 
     def __init__(self, prompts, references, right):

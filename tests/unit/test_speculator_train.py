@@ -85,6 +85,34 @@ def test_loss_falls_and_accuracy_beats_the_most_frequent_token(trained):
     assert (out / "config.json").is_file() and (out / "stage2").is_dir()
 
 
+def test_throughput_of_target_and_heads_apart(trained):
+    """Every log row carries both rates; the heads' steps are far cheaper than the target's
+    passes per token, which is why cached states pay."""
+    _, out, trainer = trained
+    rows = [r for r in _log(out) if "loss" in r]
+    assert rows and all(r["heads_tokens_per_s"] > 0 for r in rows)
+    assert all(r["target_tokens_per_s"] > 0 for r in rows)
+    tp = trainer.throughput
+    assert tp.tokens["target"] > 0 and tp.tokens["heads"] > 0
+    assert set(tp.postfix()) == {"target", "heads"}
+    assert all(v.endswith("/s") for v in tp.postfix().values())
+
+
+def test_progress_bar_shows_both_rates(target, tmp_path, capsys):
+    tok = tiny_tokenizer()
+    cfg = _cfg(stage1_steps=3, stage2_steps=0, log_every=1, eval_prompts=0, progress=True)
+    SpeculatorTrainer(target, tok, Corpus(corpus_docs(20), tok), tmp_path, cfg).run()
+    err = capsys.readouterr().err
+    assert "target=" in err and "heads=" in err and "/s" in err
+
+
+def test_throughput_before_anything_ran():
+    tp = train_mod.Throughput()
+    assert tp.rate("target") is None and tp.postfix() == {"target": "-", "heads": "-"}
+    tp.add("heads", 30_000, 2.0)
+    assert tp.postfix()["heads"] == "15.0k/s" and tp.log()["heads_tokens_per_s"] == 15000.0
+
+
 def test_trained_heads_are_lossless_and_accept(trained, target, tokenizer):
     _, out, trainer = trained
     heads = load_speculator(out, target)

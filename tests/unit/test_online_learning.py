@@ -1,0 +1,217 @@
+"""Learning while serving, on a tiny target: the engine's traffic reaches the buffer exactly,
+heads trained on a repeated stream draft better (fails if learning is a no-op), swaps
+mid-stream keep greedy output identical to plain, a trainer crash leaves serving on the
+last good heads, and a checkpoint resumes."""
+
+import time
+
+import pytest
+import torch
+
+from specdec.acceptors import GreedyAcceptor
+from specdec.config import SamplingParams
+from specdec.cost_model import FixedWindow
+from specdec.drafters import SpeculatorDrafter
+from specdec.engine import Engine
+from specdec.speculator import build_speculator, load_speculator
+from specdec.speculator.online import LearnConfig, OnlineLearner, TrafficBuffer
+from specdec.speculator.train import TargetStates
+
+from tiny import hf_tiny, native_from_hf
+
+PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 9, 12, 80, 81, 2, 44], [33, 34], [7, 7, 8, 7, 7, 8, 7]]
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return native_from_hf(hf_tiny("qwen2"))
+
+
+@pytest.fixture(scope="module")
+def plain(target, tokenizer):
+    return Engine(target, tokenizer, frozenset(), max_batch=4).generate(PROMPTS, GREEDY)
+
+
+def _engine(target, tokenizer, learner, max_batch=4):
+    return Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=max_batch,
+        drafter_factory=lambda b, length: SpeculatorDrafter(learner.current, b, learner=learner),
+        acceptor=GreedyAcceptor(),
+        window=FixedWindow(3),
+    )
+
+
+def _heads(target, **options):
+    torch.manual_seed(0)
+    return build_speculator(target, n_predict=3, **options).eval().requires_grad_(False)
+
+
+def test_buffer_is_bounded_and_samples_windows():
+    buffer = TrafficBuffer(max_tokens=20)
+    for n in (8, 8, 8):
+        buffer.add(torch.arange(n), torch.randn(n - 1, 4))
+    assert buffer.tokens == 16 and len(buffer) == 2 and buffer.requests == 3  # oldest left
+    import random
+
+    hidden, tokens, valid = buffer.sample(5, 6, random.Random(0))
+    assert hidden.shape == (5, 6, 4) and tokens.shape == valid.shape == (5, 6)
+    assert bool(valid.all())  # 6-token windows of 8-token segments
+
+
+def test_engine_hands_each_finished_request_exactly(target, tokenizer, plain):
+    """Tokens: prompt + output; states: the target's own at each position but the last."""
+    learner = OnlineLearner(_heads(target), LearnConfig(min_tokens=10**9))
+    outs = _engine(target, tokenizer, learner, max_batch=2).generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == [p.token_ids for p in plain]  # lossless, untrained
+    segments = {tuple(t.tolist()): h for t, h in learner.buffer.segments}
+    states = TargetStates(target)
+    for prompt, out in zip(PROMPTS, outs, strict=True):
+        seq = prompt + out.token_ids
+        assert tuple(seq) in segments
+        want = states(torch.tensor([seq]))[0, :-1]  # [S - 1, E]
+        torch.testing.assert_close(segments[tuple(seq)], want, rtol=1e-4, atol=1e-4)
+    metrics = learner.metrics()
+    assert metrics["buffer_requests"] == len(PROMPTS) and metrics["version"] == 0
+    assert len(metrics["acceptance_per_head"]) == 3
+
+
+@pytest.mark.parametrize("own_tables", [False, True], ids=["target tables", "own tables"])
+def test_heads_improve_on_a_repeated_stream(target, tokenizer, plain, own_tables):
+    """From untrained heads: after training on the traffic, the same requests take fewer
+    target passes and the loss has fallen. A no-op learner keeps the untrained figures."""
+    options = dict(reuse_target=False, inner_dim=64) if own_tables else {}
+    cfg = LearnConfig(min_tokens=32, batch_size=8, seq_len=24, lr=3e-3, publish_every=10)
+    learner = OnlineLearner(_heads(target, **options), cfg)
+    engine = _engine(target, tokenizer, learner)
+    before = engine.generate(PROMPTS, GREEDY)
+    passes_before = sum(o.stats.steps for o in before)
+    first_loss = None
+    for _ in range(12):
+        assert learner.train_steps(10) == 10
+        first_loss = first_loss if first_loss is not None else learner.loss
+        outs = engine.generate(PROMPTS, GREEDY)
+        assert [o.token_ids for o in outs] == [p.token_ids for p in plain]
+    passes_after = sum(o.stats.steps for o in outs)
+    assert learner.version == 12 and learner.loss < 0.5 * first_loss
+    assert passes_after < 0.7 * passes_before, (passes_before, passes_after)
+    metrics = learner.metrics()
+    assert metrics["mean_accepted_length"] > 1.3 and metrics["acceptance_per_head"][0] > 0.5
+
+
+def _wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_swaps_mid_stream_keep_greedy_output_plain(target, tokenizer, plain):
+    cfg = LearnConfig(min_tokens=16, seq_len=16, batch_size=4, publish_every=1, budget=1.0)
+    learner = OnlineLearner(_heads(target, reuse_target=False, inner_dim=32), cfg)
+    engine = _engine(target, tokenizer, learner)
+    engine.generate(PROMPTS, GREEDY)  # traffic to learn from
+    learner.start()
+    try:
+        assert _wait_for(lambda: learner.version >= 1)
+        versions = set()
+        for _ in range(6):
+            outs = engine.generate(PROMPTS, GREEDY)
+            assert [o.token_ids for o in outs] == [p.token_ids for p in plain]
+            versions.add(learner.version)
+        assert len(versions) > 1  # the heads changed between (and during) generations
+    finally:
+        learner.close()
+    assert learner.error is None and not learner.training
+
+
+def test_a_trainer_crash_is_reported_and_serving_goes_on(target, tokenizer, plain, caplog):
+    cfg = LearnConfig(min_tokens=16, seq_len=16, batch_size=4, publish_every=1, budget=1.0)
+    learner = OnlineLearner(_heads(target), cfg)
+    engine = _engine(target, tokenizer, learner)
+    engine.generate(PROMPTS, GREEDY)
+    real_step = learner._train_step
+
+    def failing_step():
+        if learner.version >= 2:
+            raise RuntimeError("out of memory (simulated)")
+        real_step()
+
+    learner._train_step = failing_step
+    learner.start()
+    assert _wait_for(lambda: not learner.training)
+    assert learner.error == "RuntimeError: out of memory (simulated)"
+    assert "heads trainer failed" in caplog.text
+    good = learner.current
+    outs = engine.generate(PROMPTS, GREEDY)
+    assert [o.token_ids for o in outs] == [p.token_ids for p in plain]
+    assert learner.current is good and learner.version == 2
+    metrics = learner.metrics()
+    assert metrics["error"].startswith("RuntimeError") and metrics["training"] is False
+    learner.close()  # no publish after a failure; still closes cleanly
+
+
+def test_checkpoint_to_the_heads_dir_and_resume(target, tokenizer, tmp_path):
+    heads = _heads(target)
+    heads.save(tmp_path)
+    cfg = LearnConfig(min_tokens=16, seq_len=16, batch_size=4, publish_every=3)
+    learner = OnlineLearner(load_speculator(tmp_path, target), cfg, out=tmp_path)
+    _engine(target, tokenizer, learner).generate(PROMPTS, GREEDY)
+    learner.train_steps(7)
+    learner.close()  # publishes the last steps too
+    assert learner.version == 3
+    reloaded = load_speculator(tmp_path, target)
+    hidden, last = torch.randn(3, 64), torch.tensor([1, 2, 3])
+    assert torch.equal(
+        reloaded.propose_greedy(hidden, last, 3), learner.current.propose_greedy(hidden, last, 3)
+    )
+    resumed = OnlineLearner(reloaded, cfg, out=tmp_path)
+    assert (resumed.version, resumed.steps) == (3, 7)
+    assert resumed.opt.state_dict()["state"]  # the optimizer's moments came back
+    assert not (tmp_path / ".learn-tmp").exists()
+
+
+def test_server_reports_the_learner(target, tokenizer):
+    """/metrics and usage.speculation carry the heads' version, buffer, loss, acceptance."""
+    from fastapi.testclient import TestClient
+
+    from specdec.serving.app import build_app
+
+    cfg = LearnConfig(min_tokens=8, seq_len=16, batch_size=4, publish_every=1)
+    learner = OnlineLearner(_heads(target), cfg)
+    engine = _engine(target, tokenizer, learner)
+    app = build_app(engine, "tiny", learner=learner)
+    body = {"model": "tiny", "prompt": "hello world", "max_tokens": 12, "temperature": 0}
+    with TestClient(app) as client:
+        client.post("/v1/completions", json={**body, "ignore_eos": True})
+        learner.train_steps(2)
+        usage = client.post("/v1/completions", json=body).json()["usage"]
+        text = client.get("/metrics").text
+    heads = usage["speculation"]["heads"]
+    assert heads["version"] == 2 and heads["buffer_requests"] >= 1 and heads["loss"] > 0
+    assert len(heads["acceptance_per_head"]) == 3 and heads["error"] is None
+    for name in ("version", "buffer_tokens", "loss", "acceptance", "trainer_failed"):
+        assert f"specdec_heads_{name}" in text, name
+    assert "specdec_heads_version 2.0" in text
+
+
+def test_cli_learns_from_untrained_heads_and_resumes(tmp_path, capsys):
+    from specdec.cli import main
+
+    from tiny import tiny_tokenizer
+
+    model = tmp_path / "model"
+    hf_tiny("qwen2").save_pretrained(model)
+    tiny_tokenizer().save_pretrained(model)
+    heads = tmp_path / "heads"  # does not exist yet: untrained heads start there
+    argv = ["generate", "--model", str(model), "--dtype", "fp32", "--draft", str(heads)]
+    argv += ["--learn", "--learn-budget", "0.5", "--max-tokens", "8", "--ignore-eos", "abc"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "specdec: heads {" in err and (heads / "config.json").is_file()
+    assert (heads / "learn_state.json").is_file()
+    assert main(argv) == 0  # again on the same directory: it loads and resumes
+    assert (heads / "model.safetensors").is_file()
