@@ -4,8 +4,10 @@ Decoding multiplies a handful of rows (1 for plain decoding, k+1 per row for spe
 verification) by large weight matrices, so its speed is how fast the weights stream from
 memory, and which kernel streams fastest depends on the CPU: on a Zen 5 EPYC with
 AVX-512 bf16, oneDNN's prepacked bf16 weights stream at ~44 GB/s where `torch.mv` reaches
-18; on a Zen 3 EPYC (AVX2, no bf16 instructions) every bf16 kernel crawls at 2 GB/s and a
-float32 copy of the weights through oneDNN is 6x faster. No rule tuned on one CPU is right
+18; on a Zen 3 EPYC (AVX2, no bf16 instructions) oneDNN refuses bf16, PyTorch's bf16
+kernels slow down with every extra row (a 4-row verify costs 4 one-row steps) and a small
+native kernel that widens bf16 in registers (`specdec.models.native`) keeps 2-4 rows near
+the cost of one. No rule tuned on one CPU is right
 for the next, so `tune_kernels` times each candidate for each bucket of row counts over all
 layers of one shape (the way a decode step sweeps them, so the caches behave as they will),
 keeps the fastest, and caches the choice per machine (`kernel_cache`).
@@ -26,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.models import native
+
 # Row-count buckets: a product of `rows` rows uses the choice of the first bucket >= rows.
 # 64 stands for every larger product (prefills), which is compute-bound.
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
@@ -45,7 +49,7 @@ class Kernel:
 
     prepare: Callable[[nn.Linear], object] | None
     run: Callable[[nn.Linear, object, torch.Tensor], torch.Tensor]
-    applies: Callable[[torch.dtype], bool]
+    applies: Callable[[nn.Linear], bool]
 
 
 def _linear(layer, fmt, x):
@@ -85,6 +89,17 @@ def _onednn_fp32(layer, fmt, x):
     return torch.ops.mkldnn._linear_pointwise(x.float(), packed, bias, "none", [], "").to(x.dtype)
 
 
+def _native_bf16(layer, fmt, x):  # bf16 weights widened in registers (native/bf16_gemv.cpp)
+    op, xf = native.bf16_gemv(), x.float()
+    out = torch.cat([op(xf[i : i + 8], layer.weight) for i in range(0, x.shape[0], 8)])
+    return (out if layer.bias is None else out + layer.bias.float()).to(x.dtype)
+
+
+def _native_applies(layer) -> bool:
+    bf16 = layer.weight.dtype == torch.bfloat16 and layer.in_features % 8 == 0
+    return bf16 and native.bf16_gemv() is not None
+
+
 def _half(dtype: torch.dtype) -> bool:
     return dtype in (torch.bfloat16, torch.float16)
 
@@ -108,15 +123,16 @@ def onednn_packs(dtype: torch.dtype) -> bool:
 
 # Candidates in the order they are timed (likely-fast first, so slow ones are cut short).
 KERNELS: dict[str, Kernel] = {
-    "onednn": Kernel(_onednn_pack, _onednn, onednn_packs),
+    "onednn": Kernel(_onednn_pack, _onednn, lambda layer: onednn_packs(layer.weight.dtype)),
     "onednn_fp32": Kernel(
         lambda layer: _onednn_pack(layer, torch.float32),
         _onednn_fp32,
-        lambda dt: _half(dt) and onednn_packs(torch.float32),
+        lambda layer: _half(layer.weight.dtype) and onednn_packs(torch.float32),
     ),
-    "fp32": Kernel(_fp32_copy, _fp32, _half),
-    "linear": Kernel(None, _linear, lambda dt: True),
-    "mv_mm": Kernel(None, _mv_mm, lambda dt: True),
+    "native_bf16": Kernel(None, _native_bf16, _native_applies),
+    "fp32": Kernel(_fp32_copy, _fp32, lambda layer: _half(layer.weight.dtype)),
+    "linear": Kernel(None, _linear, lambda layer: True),
+    "mv_mm": Kernel(None, _mv_mm, lambda layer: True),
 }
 
 
@@ -135,7 +151,7 @@ class Linear(nn.Linear):
 
     def kernels(self) -> dict[str, Kernel]:
         """The candidates for this layer (subclasses with other weight formats add theirs)."""
-        return {n: k for n, k in KERNELS.items() if k.applies(self.weight.dtype)}
+        return {n: k for n, k in KERNELS.items() if k.applies(self)}
 
     def prepare(self, name: str) -> None:
         kernel = self.kernels()[name]

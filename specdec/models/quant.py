@@ -52,7 +52,7 @@ class _QuantLinear(Linear):
 
     def kernels(self) -> dict[str, Kernel]:
         run = type(self).packed
-        return {self.packed_name: Kernel(None, run, lambda dt: True), **super().kernels()}
+        return {self.packed_name: Kernel(None, run, lambda layer: True), **super().kernels()}
 
     def default(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]

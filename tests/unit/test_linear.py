@@ -116,3 +116,30 @@ def test_machine_ids_differ_by_cpu_and_threads(monkeypatch):
     assert kernel_tuning.machine_id() != base
     torch.set_num_threads(1)
     assert kernel_tuning.machine_id() == base
+
+
+def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
+    """The native bf16 kernel (built on first use where AVX2 + FMA exist) against its
+    pure-PyTorch reference, for every row count it takes in one call and beyond (chunks)."""
+    from specdec.models import native
+
+    op = native.bf16_gemv()
+    if op is None:
+        assert "native_bf16" not in Linear(64, 48).to(torch.bfloat16).kernels()
+        pytest.skip("no native kernel on this machine")
+    torch.manual_seed(0)
+    w = torch.randn(40, 72).to(torch.bfloat16)
+    for rows in range(1, 9):
+        x = torch.randn(rows, 72)
+        torch.testing.assert_close(op(x, w), F.linear(x, w.float()), atol=1e-4, rtol=1e-5)
+    layer = Linear(72, 40).to(torch.bfloat16)
+    x = torch.randn(19, 72).to(torch.bfloat16)
+    ref = F.linear(x.float(), layer.weight.float(), layer.bias.float())
+    torch.testing.assert_close(layer.run("native_bf16", x).float(), ref, atol=2e-2, rtol=1e-2)
+    # Off by environment: the candidate disappears, PyTorch kernels remain.
+    native.bf16_gemv.cache_clear()
+    monkeypatch.setenv("SPECDEC_NATIVE", "0")
+    try:
+        assert "native_bf16" not in layer.kernels() and "linear" in layer.kernels()
+    finally:
+        native.bf16_gemv.cache_clear()
