@@ -1,0 +1,139 @@
+"""The batch-1 table of issue 13, side by side in one process: specdec plain bf16, plain
+int4 / int8 targets, speculative (draft model, `auto`) on bf16 and int4 targets, and
+transformers `generate`, on the same code and ShareGPT chat prompts, greedy, same threads.
+(llama.cpp is `specdec bench`'s llamacpp peer, with the `.[llamacpp]` extra.)
+
+Methods take turns within each repeat (prompt by prompt), so drift in machine load hits
+them alike; tokens/s are total generated tokens over total time per method and workload,
+median over repeats. Also prints the read bandwidth and the bf16 bandwidth bound.
+
+    .venv/bin/python scripts/bench_base.py --out bench-out/base.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+
+from specdec.bench.peers import hf_greedy
+from specdec.bench.workloads import CODE_PROMPTS, sharegpt_prompts
+from specdec.config import SamplingParams
+from specdec.llm import LLM
+from specdec.models.kernel_tuning import machine
+from specdec.models.registry import resolve
+
+TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
+
+
+def read_bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
+    x = torch.ones(int(gib * 2**30 / 4), dtype=torch.float32)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - t0)
+    return x.numel() * 4 / min(times) / 1e9
+
+
+def bf16_bytes_per_token(llm: LLM) -> int:
+    """bf16 weight bytes of one decode step: everything but the embedding table (a lookup
+    reads one row of it); a tied head counts as read."""
+    params = llm.model.named_parameters(remove_duplicate=False)
+    return sum(p.numel() * 2 for name, p in params if not name.startswith("embed_tokens"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--prompts", type=int, default=4, help="per workload")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--methods", default="plain-bf16,plain-int4,spec-bf16,spec-int4,hf")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    methods = args.methods.split(",")
+
+    # One target per weight format: plain decoding is the speculative LLM's plain engine.
+    engines, base = {}, None
+    for quant in ("bf16", "int4", "int8"):
+        if not {f"plain-{quant}", f"spec-{quant}"} & set(methods):
+            continue
+        spec = f"spec-{quant}" in methods
+        llm = LLM(
+            TARGET,
+            quant="none" if quant == "bf16" else quant,
+            draft=DRAFT if spec else None,
+            speculate="auto" if spec else 0,
+        )
+        base = base or llm
+        engines[f"plain-{quant}"] = llm.plain_engine() if spec else llm.engine
+        if spec:
+            engines[f"spec-{quant}"] = llm.engine
+    runners = {}
+    for name, engine in engines.items():
+        if name in methods:
+            runners[name] = lambda ids, engine=engine: (
+                engine.generate([ids], SamplingParams(temperature=0, max_tokens=args.tokens))[
+                    0
+                ].num_generated
+            )
+    if "hf" in methods:
+        import transformers
+
+        hf = transformers.AutoModelForCausalLM.from_pretrained(
+            resolve(TARGET, "bf16"), dtype=torch.bfloat16
+        ).eval()
+        runners["hf"] = lambda ids: len(hf_greedy(hf, ids, args.tokens))
+    workloads = {
+        "code": [base.encode(p, chat=True) for p in CODE_PROMPTS[: args.prompts]],
+        "chat": [base.encode(p, chat=True) for p in sharegpt_prompts(args.prompts, seed=1)],
+    }
+    with torch.inference_mode():
+        for run in runners.values():  # warm-up
+            run(workloads["code"][0][:32])
+        results = {w: {m: [] for m in runners} for w in workloads}
+        for repeat in range(args.repeats):
+            for w, prompts in workloads.items():
+                spent = {m: [0.0, 0] for m in runners}
+                for ids in prompts:
+                    for m, run in runners.items():
+                        t0 = time.perf_counter()
+                        n = run(ids)
+                        spent[m][0] += time.perf_counter() - t0
+                        spent[m][1] += n
+                for m, (seconds, n) in spent.items():
+                    results[w][m].append(n / seconds)
+                print(repeat, w, {m: round(v[-1], 2) for m, v in results[w].items()}, flush=True)
+
+    bandwidth = read_bandwidth_gbs()
+    bound = bandwidth * 1e9 / bf16_bytes_per_token(base)
+    table = {
+        w: {m: round(statistics.median(v), 2) for m, v in r.items()} for w, r in results.items()
+    }
+    report = {
+        "machine": machine(),
+        "processor": platform.processor(),
+        "read_bandwidth_gb_s": round(bandwidth, 1),
+        "bf16_bound_tok_s": round(bound, 2),
+        "tokens": args.tokens,
+        "prompts_per_workload": args.prompts,
+        "repeats": args.repeats,
+        "tok_s": table,
+        "runs": results,
+    }
+    print(
+        json.dumps(
+            {k: report[k] for k in ("read_bandwidth_gb_s", "bf16_bound_tok_s", "tok_s")}, indent=1
+        )
+    )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
