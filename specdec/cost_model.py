@@ -109,6 +109,35 @@ class CostModel:
             draft_step_s={rows: draft_step_s},
         )
 
+    def to_json(self) -> dict:
+        """Everything measured, as JSON (the warm start of `specdec.cost_cache`)."""
+        return {
+            "verify_s": self.verify_s,
+            "draft_step_s": self.draft_step_s,
+            "prefill_pass_s": self.prefill_pass_s,
+            "prefill_token_s": self.prefill_token_s,
+            "catch_up_token_s": self.catch_up_token_s,
+            "draft_ratio": self.draft_ratio,
+            "seen": [[rows, t, n] for (rows, t), n in self._seen.items()],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> CostModel:
+        """The inverse of `to_json` (JSON object keys are strings: ints again here)."""
+
+        def table(d: dict) -> dict[int, float]:
+            return {int(k): float(v) for k, v in d.items()}
+
+        return cls(
+            verify_s={int(r): table(t) for r, t in data["verify_s"].items()},
+            draft_step_s=table(data["draft_step_s"]),
+            prefill_pass_s={int(r): table(t) for r, t in data["prefill_pass_s"].items()},
+            prefill_token_s=data["prefill_token_s"],
+            catch_up_token_s=data["catch_up_token_s"],
+            draft_ratio=data["draft_ratio"],
+            _seen={(int(r), int(t)): int(n) for r, t, n in data["seen"]},
+        )
+
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
         """A running average, except that the second pass of a shape replaces the first
         when faster: the first call of a shape pays one-off setup, and on a shared machine

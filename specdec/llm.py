@@ -11,8 +11,11 @@ windows are resolved here, once, never inside the decoding loop.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.util
+import os
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +23,7 @@ import torch
 
 from specdec.acceptors import ACCEPTORS, TokenAcceptor
 from specdec.config import SamplingParams
+from specdec.cost_cache import cost_file, load_costs, save_costs
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.distributed import (
     check_tp_split,
@@ -159,6 +163,16 @@ class LLM:
         if max_len is not None:  # a server's fixed budget, never past the model's context
             headroom = max(window.k_max, tree_nodes) + 2
             max_len = min(max_len, self.model.config.max_position_embeddings + headroom)
+        self._costs_file = None
+        if isinstance(window, AdaptiveWindow) and self.tp is None and _cost_cache_on():
+            setup = {
+                "target": str(path), "quant": quant, "dtype": dtype, "device": str(device),
+                "draft": draft, "draft_quant": draft_quant, "tree": self.tree,
+                "n_candidates": n_candidates, "max_batch": max_batch,
+            }  # fmt: skip
+            self._costs_file, self._costs_setup = cost_file(setup), setup
+            window.costs = load_costs(self._costs_file) or window.costs
+            atexit.register(_save_costs_if_alive, weakref.ref(self))
         window = shared_window(window, self.tp)  # rank 0's choice of k on every rank
         self.engine = Engine(
             self.model,
@@ -220,7 +234,15 @@ class LLM:
         if isinstance(prompts, str):
             prompts = [prompts]
         ids = [self.encode(p, chat) for p in prompts]
-        return self.engine.generate(ids, self.spmd_params(params or SamplingParams(), len(ids)))
+        out = self.engine.generate(ids, self.spmd_params(params or SamplingParams(), len(ids)))
+        self.save_costs()
+        return out
+
+    def save_costs(self) -> None:
+        """Store `auto`'s measured costs for the next process on this machine and set-up
+        (`specdec.cost_cache`); called after each `generate` and at exit."""
+        if self._costs_file is not None:
+            save_costs(self._costs_file, self.engine.window.costs, self._costs_setup)
 
     def spmd_params(self, params, n: int):
         """Under tensor parallelism, rank 0's seeds for the `n` requests that have none
@@ -234,6 +256,16 @@ class LLM:
             self.learner.close()
         if self.tp is not None:
             self.tp.close()
+
+
+def _cost_cache_on() -> bool:
+    return os.environ.get("SPECDEC_COST_CACHE", "1") != "0"
+
+
+def _save_costs_if_alive(ref) -> None:
+    llm = ref()
+    if llm is not None:
+        llm.save_costs()
 
 
 def _tuned(model):

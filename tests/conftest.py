@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -5,6 +6,11 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+# Every test measures `auto`'s costs afresh (test_cost_cache turns the warm start back on);
+# set here, at import, so the servers tests start inherit it.
+os.environ["SPECDEC_COST_CACHE"] = "0"
+# The native kernel is built (~30 s, once per machine) only by the test that checks it.
+os.environ.setdefault("SPECDEC_NATIVE", "0")
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer  # noqa: E402
 

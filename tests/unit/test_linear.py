@@ -123,6 +123,8 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
     pure-PyTorch reference, for every row count it takes in one call and beyond (chunks)."""
     from specdec.models import native
 
+    monkeypatch.setenv("SPECDEC_NATIVE", "1")
+    native.bf16_gemv.cache_clear()
     op = native.bf16_gemv()
     if op is None:
         assert "native_bf16" not in Linear(64, 48).to(torch.bfloat16).kernels()
@@ -136,6 +138,7 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
     x = torch.randn(19, 72).to(torch.bfloat16)
     ref = F.linear(x.float(), layer.weight.float(), layer.bias.float())
     torch.testing.assert_close(layer.run("native_bf16", x).float(), ref, atol=2e-2, rtol=1e-2)
+    assert "native_bf16" in layer.kernels()
     # Off by environment: the candidate disappears, PyTorch kernels remain.
     native.bf16_gemv.cache_clear()
     monkeypatch.setenv("SPECDEC_NATIVE", "0")

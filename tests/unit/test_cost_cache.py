@@ -1,0 +1,64 @@
+"""`auto`'s measured costs survive the process: saved per machine and set-up, read back."""
+
+import json
+
+import pytest
+
+from specdec.config import SamplingParams
+from specdec.cost_cache import cost_file, load_costs
+from specdec.cost_model import AdaptiveWindow, CostModel
+from specdec.llm import LLM
+
+from tiny import hf_tiny, tiny_tokenizer
+
+
+def test_cost_model_round_trips_through_json():
+    costs = CostModel()
+    costs.observe_verify(1, 1, 0.010)
+    costs.observe_verify(1, 1, 0.009)
+    costs.observe_verify(2, 5, 0.030)
+    costs.observe_draft(1, 4, 0.008)
+    costs.observe_prefill(1, 40, 40, 0.2)
+    costs.observe_catch_up(40, 0.05)
+    costs.draft_ratio = 0.3
+    back = CostModel.from_json(json.loads(json.dumps(costs.to_json())))
+    assert back == costs
+    assert back.timed(1, 1) == 2 and back.verify_time(2, 5) == pytest.approx(0.030)
+
+
+@pytest.fixture()
+def tiny_dir(tmp_path):
+    hf_tiny("qwen2").save_pretrained(tmp_path / "m")
+    tiny_tokenizer().save_pretrained(tmp_path / "m")
+    return tmp_path / "m"
+
+
+def test_a_fresh_llm_starts_from_the_last_ones_costs(tiny_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPECDEC_COST_CACHE", "1")
+    first = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="fp32")
+    assert isinstance(first.engine.window, AdaptiveWindow)
+    assert first.engine.window.costs == CostModel()  # nothing measured yet
+    first.generate(["a b c a b c a b"], SamplingParams(temperature=0, max_tokens=24))
+    measured = first.engine.window.costs
+    assert measured.timed(1, 1) >= 1
+    stored = list((tmp_path / "home" / "costs").glob("*.json"))
+    assert len(stored) == 1 and load_costs(stored[0]) == measured
+
+    second = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="fp32")
+    assert second.engine.window.costs == measured  # warm: no steps spent re-measuring
+    # Another set-up (here: another window limit is the same, another dtype is not).
+    other = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="bf16")
+    assert other.engine.window.costs == CostModel()
+
+
+def test_the_cache_can_be_off_and_a_corrupt_file_is_ignored(tiny_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPECDEC_COST_CACHE", "0")
+    llm = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="fp32")
+    llm.generate(["a b c a b c"], SamplingParams(temperature=0, max_tokens=8))
+    assert not (tmp_path / "home" / "costs").exists()
+    bad = cost_file({"x": 1})
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{not json")
+    assert load_costs(bad) is None
