@@ -53,8 +53,11 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=4, help="per workload")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--methods", default="plain-bf16,plain-int4,spec-bf16,spec-int4,hf")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     methods = args.methods.split(",")
 
     # One target per weight format: plain decoding is the speculative LLM's plain engine.
@@ -119,6 +122,7 @@ def main() -> None:
         "processor": platform.processor(),
         "read_bandwidth_gb_s": round(bandwidth, 1),
         "bf16_bound_tok_s": round(bound, 2),
+        "threads": torch.get_num_threads(),
         "tokens": args.tokens,
         "prompts_per_workload": args.prompts,
         "repeats": args.repeats,

@@ -194,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_serve_args(sub)
     _train_speculator_args(sub)
     _models_args(sub)
+    doctor = sub.add_parser("doctor", help="machine, bandwidth, kernel choices, speed bounds")
+    doctor.add_argument("--json", action="store_true", help="one JSON object")
     bench_cli.add_parser(sub)
     return parser
 
@@ -452,6 +454,16 @@ def cmd_models(args) -> None:
         print(registry.pull(args.name, args.dtype))
 
 
+def cmd_doctor(args) -> None:
+    from specdec import doctor
+
+    data = doctor.report()
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        doctor.print_report(data)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -461,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
             "bench-serve": cmd_bench_serve,
             "train-speculator": cmd_train_speculator,
             "models": cmd_models,
+            "doctor": cmd_doctor,
             "bench": bench_cli.run,
         }
         commands[args.command](args)

@@ -28,7 +28,7 @@ from torch import nn
 
 from specdec.models.linear import BUCKETS, Linear
 
-REPEATS = 3
+REPEATS = 5
 GIVE_UP = 3.0  # a candidate this many times slower than the best after one sweep is dropped
 # A sweep times as many layers of a group as it takes to read this many weight bytes (at
 # least one layer): 4x a large L3, so the weights stream from memory as when decoding,

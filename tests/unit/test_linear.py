@@ -46,9 +46,9 @@ def test_every_candidate_equals_f_linear(dtype, rows):
             torch.testing.assert_close(out.float(), ref, **tol, msg=f"{type(layer)} {name}")
 
 
-def test_half_precision_offers_fp32_copies_and_fp32_does_not():
+def test_half_precision_offers_fp32_upcasts_and_fp32_does_not():
     bf16, fp32 = _layers(torch.bfloat16, n=1)[0], _layers(torch.float32, n=1)[0]
-    assert "fp32" in bf16.kernels() and "fp32" not in fp32.kernels()
+    assert "fp32_upcast" in bf16.kernels() and "fp32_upcast" not in fp32.kernels()
     assert set(fp32.kernels()) >= {"linear", "mv_mm"}
 
 

@@ -1,0 +1,113 @@
+"""`specdec doctor`: what a user checks first when decoding looks slow.
+
+The machine (what the kernel cache is keyed by), its measured read bandwidth, whether the
+native kernel builds here, the kernel each projection shape runs per row bucket with the
+GB/s it streamed when it was chosen, and each registry model's bandwidth bound: bf16
+weight bytes one decode step reads over the read bandwidth — the ceiling of plain
+decoding at batch 1 (int4 reads about a quarter of those bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+from specdec.models.config import ModelConfig
+
+
+def read_bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
+    """Sustained read bandwidth: the fastest of `repeats` sums over a buffer far larger
+    than the caches."""
+    x = torch.ones(int(gib * 2**30 / 4), dtype=torch.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - start)
+    return x.numel() * 4 / best / 1e9
+
+
+def decode_bytes(cfg: ModelConfig, bytes_per_weight: float = 2.0) -> int:
+    """Weight bytes of one decode step: every projection and the vocabulary head (the
+    embedding table is a lookup: one row)."""
+    q = cfg.num_heads * cfg.head_dim
+    kv = cfg.num_kv_heads * cfg.head_dim
+    attention = cfg.hidden_size * (q + 2 * kv) + q * cfg.hidden_size
+    mlp = 3 * cfg.hidden_size * cfg.intermediate_size
+    head = cfg.vocab_size * cfg.hidden_size
+    return int((cfg.num_layers * (attention + mlp) + head) * bytes_per_weight)
+
+
+def kernel_rows(cache: dict) -> list[dict]:
+    """One row per projection shape: the kernel per bucket and its GB/s at 1 and 8 rows."""
+    rows = []
+    for group, entry in cache.get("groups", {}).items():
+        gbs = {}
+        for bucket in ("1", "8"):
+            seconds = entry["seconds"][bucket][entry["plan"][bucket]]
+            gbs[bucket] = round(entry["bytes"] / seconds / 1e9, 1)
+        rows.append({"shape": group, "plan": entry["plan"], "gb_s": gbs})
+    return rows
+
+
+def report(bandwidth_gib: float = 1.0) -> dict:
+    from specdec.models import native
+    from specdec.models.kernel_tuning import kernel_cache, machine
+    from specdec.models.registry import REGISTRY, cache_root
+
+    bandwidth = read_bandwidth_gbs(bandwidth_gib)
+    cache = kernel_cache()
+    try:
+        kernels = kernel_rows(json.loads(cache.read_text()))
+    except (OSError, ValueError):
+        kernels = []
+    models = []
+    for name in REGISTRY:
+        directory = cache_root() / "models" / name / "bf16"
+        try:
+            cfg = ModelConfig.from_dir(directory)
+        except Exception:  # not pulled yet, or not a supported architecture
+            models.append({"model": name, "pulled": False})
+            continue
+        weight_bytes = decode_bytes(cfg)
+        models.append(
+            {
+                "model": name,
+                "pulled": True,
+                "bf16_gb_per_token": round(weight_bytes / 1e9, 3),
+                "bf16_bound_tok_s": round(bandwidth * 1e9 / weight_bytes, 1),
+            }
+        )
+    return {
+        "machine": machine(),
+        "read_bandwidth_gb_s": round(bandwidth, 1),
+        "native_kernel": native.bf16_gemv() is not None,
+        "kernel_cache": str(cache),
+        "kernels": kernels,
+        "models": models,
+    }
+
+
+def print_report(data: dict) -> None:
+    m = data["machine"]
+    print(f"machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['threads']} threads")
+    print(f"read bandwidth: {data['read_bandwidth_gb_s']} GB/s")
+    print(f"native bf16 kernel: {'built' if data['native_kernel'] else 'unavailable'}")
+    print(f"kernel plans ({data['kernel_cache']}):")
+    if not data["kernels"]:
+        print("  none yet: they are measured the first time a model loads on this machine")
+    for row in data["kernels"]:
+        plan = " ".join(f"{b}:{k}" for b, k in row["plan"].items())
+        gbs = row["gb_s"]
+        print(f"  {row['shape']:36} {gbs['1']:5} GB/s @1 row, {gbs['8']:5} @8  [{plan}]")
+    print("bandwidth bound of plain bf16 decoding, batch 1:")
+    for row in data["models"]:
+        if row["pulled"]:
+            print(
+                f"  {row['model']:32} {row['bf16_gb_per_token']:.3f} GB/token -> "
+                f"{row['bf16_bound_tok_s']} tok/s"
+            )
+        else:
+            print(f"  {row['model']:32} not pulled (specdec models pull {row['model']})")

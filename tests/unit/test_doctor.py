@@ -1,0 +1,46 @@
+"""`specdec doctor`: the bound arithmetic on a real config, and the report end to end."""
+
+import json
+
+from specdec import doctor
+from specdec.cli import main
+from specdec.models.config import ModelConfig
+
+
+def test_decode_bytes_counts_projections_and_head_not_the_embedding_table():
+    cfg = ModelConfig.from_hf_dict(
+        {
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 1536,
+            "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
+            "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True,
+            "max_position_embeddings": 32768, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+        }
+    )  # fmt: skip
+    # Qwen2.5 1.5B: 1.31 B projection weights + 0.23 B head, 2 bytes each.
+    assert abs(doctor.decode_bytes(cfg) / 1e9 - 3.09) < 0.01
+    assert doctor.decode_bytes(cfg, 0.5) * 4 == doctor.decode_bytes(cfg)
+
+
+def test_kernel_rows_report_the_chosen_kernels_speed():
+    cache = {
+        "groups": {
+            "Linear 8x8 bfloat16 nobias": {
+                "plan": {"1": "a", "8": "b"},
+                "seconds": {"1": {"a": 0.5, "b": 1.0}, "8": {"a": 2.0, "b": 1.0}},
+                "bytes": 1e9,
+            }
+        }
+    }
+    assert doctor.kernel_rows(cache)[0]["gb_s"] == {"1": 2.0, "8": 1.0}
+
+
+def test_doctor_json_end_to_end(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path))
+    monkeypatch.setattr(doctor, "read_bandwidth_gbs", lambda gib=1.0: 50.0)
+    assert main(["doctor", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["read_bandwidth_gb_s"] == 50.0 and data["kernels"] == []
+    assert {m["model"] for m in data["models"]} >= {"qwen2.5-coder-1.5b-instruct"}
+    assert not any(m["pulled"] for m in data["models"])  # an empty cache
+    assert main(["doctor"]) == 0
+    assert "not pulled" in capsys.readouterr().out
