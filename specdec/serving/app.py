@@ -34,6 +34,7 @@ from specdec.serving.protocol import (
     now,
     usage,
 )
+from specdec.serving.provenance import ProvenanceTracker
 from specdec.tokenization import encode_chat
 
 log = logging.getLogger("specdec.serve")
@@ -68,6 +69,7 @@ def build_app(
     runner = AsyncEngine(engine, metrics, max_queue, sync)
     tokenizer = engine.tokenizer
     vocab_size = len(tokenizer)
+    can_speculate = engine.drafter_factory is not None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -129,6 +131,18 @@ def build_app(
             )
         if bad := req.unsupported():
             raise APIError(400, f"{bad} is not supported by this server", param=bad)
+        if req.speculate and not can_speculate:
+            raise APIError(
+                400,
+                "speculate: this server has no drafter (start it with --draft)",
+                param="speculate",
+            )
+        if req.include_speculation and not req.stream:
+            raise APIError(
+                400,
+                "stream_options.include_speculation needs stream: true",
+                param="stream_options",
+            )
 
     def limit_for(prompt_ids: list[int]) -> int:
         """Most new tokens a prompt leaves room for."""
@@ -177,6 +191,7 @@ def build_app(
     async def models():
         card = {"id": model_name, "object": "model", "created": now(), "owned_by": "specdec"}
         card["max_model_len"] = limit_for([])
+        card["speculation"] = {"drafter": can_speculate, "k_max": engine.window.k_max}
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
@@ -320,6 +335,15 @@ async def _stream(
     with the finish reason, the usage chunk when asked, then [DONE]. Leaving early (the
     client went away) aborts whatever is unfinished."""
     detoks = [IncrementalDetokenizer(tokenizer, h.params.stop) for h in handles]
+    traces = [ProvenanceTracker(tokenizer) for _ in handles] if req.include_speculation else None
+
+    def with_tokens(body: dict, index: int, text: str, final: bool = False) -> dict:
+        """The chunk with its tokens' provenance, when asked for (`provenance.py`)."""
+        if traces is not None:
+            records = traces[index].records(text, final)
+            body["choices"][0]["speculation"] = {"tokens": records}
+        return body
+
     finished: dict[int, Completion] = {}
     try:
         for i in range(len(handles)):
@@ -332,18 +356,22 @@ async def _stream(
             if event.error:
                 yield _data(error_body(event.error, "server_error"))
                 break
-            detok = detoks[event.index]
+            i, detok = event.index, detoks[event.index]
+            if traces is not None:
+                traces[i].update(event.token_ids, event.trace)
             if event.completion is None:
                 text = detok.delta(event.token_ids)
                 if text:
-                    yield _data(chunk(event.index, text, None))
+                    yield _data(with_tokens(chunk(i, text, None), i, text))
                 continue
-            finished[event.index] = event.completion
-            handles[event.index].done = True
+            finished[i] = event.completion
+            handles[i].done = True
             text = detok.finish(event.token_ids)
             if text:
-                yield _data(chunk(event.index, text, None))
-            yield _data(chunk(event.index, "", _finish(event.completion)))
+                yield _data(with_tokens(chunk(i, text, None), i, text, final=True))
+                yield _data(chunk(i, "", _finish(event.completion)))
+            else:  # tokens with no text left (EOS, a cut stop string) ride on the last chunk
+                yield _data(with_tokens(chunk(i, "", _finish(event.completion)), i, "", True))
         else:
             if req.include_usage:
                 done = [finished[i] for i in range(len(handles))]
