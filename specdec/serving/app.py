@@ -13,10 +13,12 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specdec.engine import Completion, Engine
@@ -38,6 +40,16 @@ from specdec.serving.provenance import ProvenanceTracker
 from specdec.tokenization import encode_chat
 
 log = logging.getLogger("specdec.serve")
+
+STATIC = Path(__file__).parent / "static"  # the playground (package data)
+# The page may load only its own files and talk only to this server: nothing from a CDN,
+# so it works offline, and nothing injected runs.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
 
 
 class APIError(Exception):
@@ -176,6 +188,14 @@ def build_app(
             raise APIError(429, str(err), code="queue_full") from err
 
     # ---- routes --------------------------------------------------------------------------
+
+    # The playground: static files, public like any page that holds no data. Everything it
+    # does goes through the API below, which asks the page for --api-key like any client.
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def playground():
+        return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
 
     @app.get("/health")
     async def health():
