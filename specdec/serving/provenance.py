@@ -17,7 +17,8 @@ Opt-in (`stream_options.include_speculation`): each chunk's choice then carries
   straddles two chunks (a stop string's held-back prefix) appears in both, with the same
   `index`; a token with no text (end-of-sequence, or cut by a stop string) has `text: ""`.
   So the pieces of a whole stream add up to the returned text, and counting distinct
-  indices per `source` gives the request's usage figures.
+  indices per `source` gives the request's usage figures. (An `echo`ed prompt's chunk has
+  no records: its text is not generated.)
 
 Why character offsets and not per-token decodes: a byte-level token may end inside a
 character, and the detokenizer holds text back (partial characters, stop-string prefixes),
