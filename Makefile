@@ -7,7 +7,7 @@ TARGET ?= qwen2.5-coder-1.5b-instruct
 DRAFT ?= qwen2.5-coder-0.5b-instruct
 DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number, with a docstring.
 
-.PHONY: venv demo serve bench-serve test test-slow test-gpu lint bench bench-quick bench-plain clean
+.PHONY: venv demo serve bench-serve test test-slow test-gpu test-ui lint bench bench-quick bench-plain clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,14 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The playground in a real browser: Debian's Chromium (installed when missing) driven
+# headless by Playwright's Python package; never `playwright install` (no downloads).
+CHROMIUM := /usr/bin/chromium
+test-ui: $(STAMP)
+	@test -x $(CHROMIUM) || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
+	@$(PY) -c 'import playwright' 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check -e '.[ui]'
+	$(PY) -m pytest -q -m ui tests/ui
 
 # The CUDA tier (tests/gpu): skipped without a GPU.
 test-gpu: $(STAMP)

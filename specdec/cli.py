@@ -116,7 +116,11 @@ def _bench_serve_args(sub) -> None:
         "bench-serve",
         help="load-test a server (ShareGPT or code prompts), speculation on vs off",
     )
-    p.add_argument("--url", default=None, help="an already running server (else launch one)")
+    p.add_argument(
+        "--url",
+        default=None,
+        help="an already running server, with or without /v1 (else launch one)",
+    )
     p.add_argument("--served-model", default=None, help="model id at --url (default: first)")
     p.add_argument("--model", default=None, help="target to launch `specdec serve` with")
     p.add_argument("--draft", default=None, help="draft to launch with (name/path or ngram)")
@@ -132,6 +136,12 @@ def _bench_serve_args(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--concurrency", default="1,4,8", help="comma list of closed-loop clients")
     p.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals per s")
+    p.add_argument(
+        "--provenance",
+        default="off",
+        help="comma list: off, on (on: every request asks for per-token provenance, "
+        "stream_options.include_speculation), to measure its cost",
+    )
     p.add_argument("--port", type=int, default=8123, help="port for launched servers")
     p.add_argument("--out", default="bench-serve.json", help="results (JSON rows)")
 
@@ -336,8 +346,6 @@ def _serve(args, llm, sync) -> None:
 def cmd_bench_serve(args) -> None:
     import asyncio
 
-    import httpx
-
     from specdec.bench import workloads
     from specdec.serving import loadgen
 
@@ -353,25 +361,34 @@ def cmd_bench_serve(args) -> None:
         if args.request_rate
         else [("clients", int(c)) for c in args.concurrency.split(",")]
     )
+    provenance = args.provenance.split(",")
+    if not set(provenance) <= {"off", "on"}:
+        raise InvalidParameterError(f"--provenance takes off and/or on, got {args.provenance!r}")
     rows: list[dict] = []
 
     def measure(url: str, model: str, label: str, kind: str, value) -> None:
+        """One load on one server, once per provenance setting (back to back, so both see
+        the same neighbours)."""
         concurrency, rate = (value, None) if kind == "clients" else (None, value)
-        results, wall = asyncio.run(
-            loadgen.run_load(url, model, prompts, args.max_tokens, concurrency, rate)
-        )
-        row = loadgen.result_row(label, f"{kind}={value}", loadgen.summarize(results, wall))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        with open(args.out, "w") as f:
-            json.dump(rows, f, indent=1)
+        for p in provenance:
+            results, wall = asyncio.run(
+                loadgen.run_load(
+                    url, model, prompts, args.max_tokens, concurrency, rate, provenance=p == "on"
+                )
+            )
+            name = label if provenance == ["off"] else f"{label}, provenance {p}"
+            row = loadgen.result_row(name, f"{kind}={value}", loadgen.summarize(results, wall))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            with open(args.out, "w") as f:
+                json.dump(rows, f, indent=1)
 
     def warm_up(url: str, model: str) -> None:
         asyncio.run(loadgen.run_load(url, model, prompts[:1], args.max_tokens, 1))
 
     if args.url:
-        url = args.url.rstrip("/")
-        model = args.served_model or httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        url, served = loadgen.resolve_server(args.url)
+        model = args.served_model or served[0]
         warm_up(url, model)
         for kind, value in loads:
             measure(url, model, "given", kind, value)

@@ -29,6 +29,9 @@ class SamplingParams:
     """Strings that end the generation; the text is cut before the first one."""
     ignore_eos: bool = False
     """Keep generating past end-of-sequence tokens (benchmarks want fixed lengths)."""
+    speculate: bool = True
+    """Let the engine's drafter work for this request; False verifies no draft tokens for
+    it (the same output, plain decoding's pace), so one server can show both side by side."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

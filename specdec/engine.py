@@ -85,6 +85,10 @@ class LiveSequence:
     output_ids: list[int] = field(default_factory=list)
     stats: SpecStats = field(default_factory=lambda: SpecStats(requests=1))
     finish_reason: str | None = None
+    # One (drafted, kept, emitted) per decode step: tokens output_ids[1:] came from these
+    # steps in order, the first `kept` of each step's `emitted` being accepted draft
+    # tokens and the rest the target's own (output_ids[0] is the prefill's).
+    trace: list[tuple[int, int, int]] = field(default_factory=list)
     first_token_at: float | None = None
     finished_at: float | None = None
 
@@ -353,7 +357,13 @@ class Engine:
         params = [s.params for s in live]
         generators = [s.generator for s in live]
         remaining = [s.params.max_tokens - len(s.output_ids) for s in live]  # [B] tokens left
-        if drafter is not None and hasattr(drafter, "catch_up_tokens"):
+        # A row's own window: never verify drafts past its max_tokens, none if it opted out.
+        cap = torch.tensor(  # [B]
+            [r - 1 if s.params.speculate else 0 for s, r in zip(live, remaining, strict=True)]
+        )
+        if drafter is not None and not cap.any():
+            k = 0  # no row can use a draft: a plain step, and the window's plan untouched
+        elif drafter is not None and hasattr(drafter, "catch_up_tokens"):
             # A lazy draft model must first catch up on rows it has not seen: the window
             # only starts if the rows' remaining tokens repay that.
             catch_up = drafter.catch_up_tokens()
@@ -370,15 +380,13 @@ class Engine:
             caught_up, catch_up_s = getattr(drafter, "last_catch_up", (0, 0.0))
             if caught_up:  # a one-off: not the cost of a draft step
                 self.window.observe_catch_up(caught_up, catch_up_s)
-            # A row's own window: never verify drafts past its max_tokens.
-            left = torch.tensor(remaining)  # [B]
             if isinstance(draft, TreeDraft):
                 if self.tree_acceptor is None:
                     raise InvalidParameterError(
                         f"{type(self.acceptor).__name__} verifies chains only: a tree drafter "
                         "needs the rejection or greedy acceptor (or a tree_acceptor)"
                     )
-                draft = draft.truncated(left - 1)
+                draft = draft.truncated(cap)
                 if int(draft.num_nodes.max()) > max(self.max_tree_nodes, k):
                     raise InvalidParameterError(
                         f"the drafter proposed a tree of {int(draft.num_nodes.max())} nodes: "
@@ -390,7 +398,7 @@ class Engine:
                     draft,
                     tokens=draft.tokens.to(device),
                     probs=None if draft.probs is None else draft.probs.to(device),
-                    lengths=torch.minimum(draft.lengths.cpu(), left - 1),
+                    lengths=torch.minimum(draft.lengths.cpu(), cap),
                 )
         t1 = time.perf_counter()
         # Verify: the last committed token and the draft in one target pass; accept; roll
@@ -408,11 +416,15 @@ class Engine:
         now = time.perf_counter()
         lengths = draft.lengths.tolist()
         for seq, row, n, drafted in zip(live, emitted, accepted.tolist(), lengths, strict=True):
-            seq.stats.record_step(drafted, n)
+            before = len(seq.output_ids)
             for token in row[: n + 1]:
                 seq.append(token, self.eos_ids, now)
                 if seq.finished:
                     break
+            out = len(seq.output_ids) - before
+            # Draft tokens past the end (EOS, a stop string) were accepted but never kept.
+            seq.stats.record_step(drafted, min(n, out))
+            seq.trace.append((drafted, min(n, out), out))
         draft_s = t1 - t0 - catch_up_s
         self.window.observe(B, k, now - t1, draft_s, *_conditional_counts(accepted, draft))
 

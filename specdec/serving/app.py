@@ -13,10 +13,12 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specdec.engine import Completion, Engine
@@ -34,9 +36,20 @@ from specdec.serving.protocol import (
     now,
     usage,
 )
+from specdec.serving.provenance import ProvenanceTracker
 from specdec.tokenization import encode_chat
 
 log = logging.getLogger("specdec.serve")
+
+STATIC = Path(__file__).parent / "static"  # the playground (package data)
+# The page may load only its own files and talk only to this server: nothing from a CDN,
+# so it works offline, and nothing injected runs.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
 
 
 class APIError(Exception):
@@ -74,6 +87,7 @@ def build_app(
     runner = AsyncEngine(engine, metrics, max_queue, sync)
     tokenizer = engine.tokenizer
     vocab_size = len(tokenizer)
+    can_speculate = engine.drafter_factory is not None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -135,6 +149,18 @@ def build_app(
             )
         if bad := req.unsupported():
             raise APIError(400, f"{bad} is not supported by this server", param=bad)
+        if req.speculate and not can_speculate:
+            raise APIError(
+                400,
+                "speculate: this server has no drafter (start it with --draft)",
+                param="speculate",
+            )
+        if req.include_speculation and not req.stream:
+            raise APIError(
+                400,
+                "stream_options.include_speculation needs stream: true",
+                param="stream_options",
+            )
 
     def limit_for(prompt_ids: list[int]) -> int:
         """Most new tokens a prompt leaves room for."""
@@ -169,6 +195,14 @@ def build_app(
 
     # ---- routes --------------------------------------------------------------------------
 
+    # The playground: static files, public like any page that holds no data. Everything it
+    # does goes through the API below, which asks the page for --api-key like any client.
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def playground():
+        return FileResponse(STATIC / "index.html", headers=PAGE_HEADERS)
+
     @app.get("/health")
     async def health():
         if not runner.alive:
@@ -185,6 +219,7 @@ def build_app(
     async def models():
         card = {"id": model_name, "object": "model", "created": now(), "owned_by": "specdec"}
         card["max_model_len"] = limit_for([])
+        card["speculation"] = {"drafter": can_speculate, "k_max": engine.window.k_max}
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
@@ -335,6 +370,15 @@ async def _stream(
     with the finish reason, the usage chunk when asked, then [DONE]. Leaving early (the
     client went away) aborts whatever is unfinished."""
     detoks = [IncrementalDetokenizer(tokenizer, h.params.stop) for h in handles]
+    traces = [ProvenanceTracker(tokenizer) for _ in handles] if req.include_speculation else None
+
+    def with_tokens(body: dict, index: int, text: str, final: bool = False) -> dict:
+        """The chunk with its tokens' provenance, when asked for (`provenance.py`)."""
+        if traces is not None:
+            records = traces[index].records(text, final)
+            body["choices"][0]["speculation"] = {"tokens": records}
+        return body
+
     finished: dict[int, Completion] = {}
     try:
         for i in range(len(handles)):
@@ -347,18 +391,22 @@ async def _stream(
             if event.error:
                 yield _data(error_body(event.error, "server_error"))
                 break
-            detok = detoks[event.index]
+            i, detok = event.index, detoks[event.index]
+            if traces is not None:
+                traces[i].update(event.token_ids, event.trace)
             if event.completion is None:
                 text = detok.delta(event.token_ids)
                 if text:
-                    yield _data(chunk(event.index, text, None))
+                    yield _data(with_tokens(chunk(i, text, None), i, text))
                 continue
-            finished[event.index] = event.completion
-            handles[event.index].done = True
+            finished[i] = event.completion
+            handles[i].done = True
             text = detok.finish(event.token_ids)
             if text:
-                yield _data(chunk(event.index, text, None))
-            yield _data(chunk(event.index, "", _finish(event.completion)))
+                yield _data(with_tokens(chunk(i, text, None), i, text, final=True))
+                yield _data(chunk(i, "", _finish(event.completion)))
+            else:  # tokens with no text left (EOS, a cut stop string) ride on the last chunk
+                yield _data(with_tokens(chunk(i, "", _finish(event.completion)), i, "", True))
         else:
             if req.include_usage:
                 done = [finished[i] for i in range(len(handles))]

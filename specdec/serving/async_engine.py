@@ -20,7 +20,7 @@ import random
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from specdec.config import SamplingParams
 from specdec.engine import Completion, Engine, LiveSequence
@@ -39,6 +39,7 @@ class Event:
 
     index: int  # which choice of the request (n > 1)
     token_ids: list[int]  # all tokens generated so far
+    trace: list[tuple[int, int, int]] = field(default_factory=list)  # steps since the last
     completion: Completion | None = None  # set once finished
     error: str | None = None  # set when the engine failed
 
@@ -54,6 +55,7 @@ class RequestHandle:
     key: int = 0  # names the sequence in commands (which may cross process boundaries)
     seq: LiveSequence | None = None  # set by the engine thread
     sent_tokens: int = 0
+    sent_steps: int = 0  # entries of seq.trace already published
     done: bool = False
     request_id: str | None = None
 
@@ -207,7 +209,8 @@ class AsyncEngine:
         elif len(seq.output_ids) == handle.sent_tokens:
             return
         handle.sent_tokens = len(seq.output_ids)
-        event = Event(handle.index, list(seq.output_ids), completion)
+        trace, handle.sent_steps = seq.trace[handle.sent_steps :], len(seq.trace)
+        event = Event(handle.index, list(seq.output_ids), trace, completion)
         self._loop.call_soon_threadsafe(handle.events.put_nowait, event)
 
     def _fail_all(self, message: str) -> None:

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 
 import httpx
 
+from specdec.errors import InvalidParameterError
+
 
 @dataclass
 class RequestResult:
@@ -41,16 +43,52 @@ class RequestResult:
         return (self.latency_s - self.ttft_s) / (n - 1) if n > 1 else 0.0
 
 
+def resolve_server(url: str, timeout_s: float = 10.0) -> tuple[str, list[str]]:
+    """The server's root URL and the model ids it serves, from a URL given with or without
+    `/v1` (the `openai` client's base URL has it). Anything that does not answer
+    `GET /v1/models` like an OpenAI server raises InvalidParameterError with one line."""
+    root = url.strip().rstrip("/")
+    if root.endswith("/v1"):
+        root = root[: -len("/v1")]
+    if not root.startswith(("http://", "https://")):
+        raise InvalidParameterError(f"--url must start with http:// or https://, got {url!r}")
+    where = root + "/v1/models"
+    try:
+        response = httpx.get(where, timeout=timeout_s)
+    except httpx.HTTPError as err:
+        raise InvalidParameterError(f"no server answered at {where}: {err}") from err
+    if response.status_code == 401:
+        raise InvalidParameterError(f"{where} wants an API key (the server runs --api-key)")
+    try:
+        ids = [m["id"] for m in response.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        ids = None
+    if response.status_code != 200 or not ids:
+        raise InvalidParameterError(
+            f"{where} did not answer like an OpenAI server (HTTP {response.status_code}, "
+            "no model list): give the server's base URL, e.g. http://HOST:PORT/v1"
+        )
+    return root, ids
+
+
 async def one_request(
-    client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int
+    client: httpx.AsyncClient,
+    url: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    provenance: bool = False,
 ) -> RequestResult:
+    """One streaming chat request; `provenance` asks for the per-token records too (their
+    cost is what it measures: the records are received and parsed, not checked)."""
+    options = {"include_usage": True} | ({"include_speculation": True} if provenance else {})
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream_options": options,
     }
     start = time.perf_counter()
     result = RequestResult(ok=False)
@@ -99,6 +137,7 @@ async def run_load(
     concurrency: int | None = None,
     request_rate: float | None = None,
     seed: int = 0,
+    provenance: bool = False,
 ) -> tuple[list[RequestResult], float]:
     """All prompts once, closed-loop at `concurrency` or open-loop at `request_rate`."""
     timeout = httpx.Timeout(600.0, connect=10.0)
@@ -112,7 +151,9 @@ async def run_load(
             async def worker():
                 while queue:
                     prompt = queue.pop(0)
-                    results.append(await one_request(client, url, model, prompt, max_tokens))
+                    results.append(
+                        await one_request(client, url, model, prompt, max_tokens, provenance)
+                    )
 
             await asyncio.gather(*(worker() for _ in range(concurrency or 1)))
         else:
@@ -120,7 +161,9 @@ async def run_load(
             tasks = []
             for prompt in prompts:
                 tasks.append(
-                    asyncio.create_task(one_request(client, url, model, prompt, max_tokens))
+                    asyncio.create_task(
+                        one_request(client, url, model, prompt, max_tokens, provenance)
+                    )
                 )
                 await asyncio.sleep(rng.expovariate(request_rate))
             results = list(await asyncio.gather(*tasks))

@@ -2,7 +2,10 @@
 
 Field names, defaults and ranges follow the OpenAI API so that its official client and the
 tools built on it work unchanged. Extensions are few and named as such: `top_k`,
-`ignore_eos`, and the `speculation` object inside `usage`.
+`ignore_eos`, `speculate` (this request may use the drafter, or not),
+`stream_options.include_speculation` (per-token provenance in the stream, see
+`provenance.py`), and the `speculation` object inside `usage`. The new booleans are strict
+(`"yes"` or `1` is a 400, not a guess).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from specdec.config import SamplingParams
 from specdec.metrics import SpecStats
@@ -22,6 +25,7 @@ MAX_STOP = 4  # stop strings per request, as OpenAI allows
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    include_speculation: StrictBool = False  # extension: per-token provenance
 
 
 class _SamplingFields(BaseModel):
@@ -39,6 +43,7 @@ class _SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # extension, for benchmarks
+    speculate: StrictBool | None = None  # extension: None follows the server
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logprobs: Any = None
@@ -76,11 +81,16 @@ class _SamplingFields(BaseModel):
             max_tokens=max_tokens,
             stop=tuple(self.stop or ()),
             ignore_eos=self.ignore_eos,
+            speculate=self.speculate is not False,
         )
 
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def include_speculation(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_speculation)
 
 
 class CompletionRequest(_SamplingFields):

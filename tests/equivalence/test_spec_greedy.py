@@ -187,3 +187,60 @@ def test_padded_vocabularies_line_up(tokenizer):
     proposal = drafted.propose(3, [SamplingParams(temperature=1.0)], [torch.Generator()])
     assert proposal.probs.shape == (1, 3, 128)
     assert proposal.probs[..., 97:].sum() == 0 and (proposal.tokens < 97).all()
+
+
+def test_a_row_that_opts_out_verifies_no_drafts_in_a_speculating_batch(setup, tokenizer):
+    """Per-request `speculate=False` (the server's extension): that row's drafts are cut to
+    nothing while its batch neighbours speculate; every row's output is unchanged."""
+    from dataclasses import replace
+
+    native, refs, params = setup
+    factory = lambda b, length: DraftModelDrafter(native, 97, 97, b, length)  # noqa: E731
+    off = replace(params, speculate=False)
+    mixed = [off if i % 2 else params for i in range(len(PROMPTS))]
+    out = _spec(native, tokenizer, factory, 4).generate(PROMPTS, mixed)
+    assert [c.token_ids for c in out] == refs
+    for i, c in enumerate(out):
+        if i % 2:
+            assert (c.stats.drafted, c.stats.steps) == (0, N - 1)
+        else:
+            assert c.stats.accepted == c.stats.drafted > 0
+    # Nobody speculating: plain steps, the drafter asked for nothing.
+    out = _spec(native, tokenizer, factory, 4).generate(PROMPTS, off)
+    assert [c.token_ids for c in out] == refs and all(c.stats.drafted == 0 for c in out)
+
+
+def test_the_trace_records_each_steps_tokens(setup, tokenizer):
+    """LiveSequence.trace: (drafted, kept, emitted) per step, adding up to the output."""
+    native, refs, params = setup
+    factory = lambda b, length: OracleDrafter(PROMPTS, refs, lambda s, i: i < 2)  # noqa: E731
+    engine = _spec(native, tokenizer, factory, 3)
+    seqs = [engine.add_request(p, params) for p in PROMPTS]
+    while any(not s.finished for s in seqs):
+        engine.step()
+    for s in seqs:
+        assert 1 + sum(e for _, _, e in s.trace) == len(s.output_ids) == N
+        assert all(k == min(2, d) for d, k, _ in s.trace)
+        assert all(e == k + 1 for _, k, e in s.trace[:-1])
+        assert sum(k for _, k, _ in s.trace) == s.stats.accepted
+
+
+def test_draft_tokens_past_the_end_are_not_counted_as_kept(setup, tokenizer):
+    """A row that ends (EOS) on an accepted draft token keeps only the drafts before it:
+    usage's accepted tokens then match the tokens the client saw marked as drafts."""
+    native, refs, params = setup
+    ref = refs[0]
+    end = next(i for i in range(6, N) if ref[i] not in ref[:i])  # its first occurrence
+    factory = lambda b, length: OracleDrafter(PROMPTS, refs, lambda s, i: True)  # noqa: E731
+    engine = Engine(
+        native, tokenizer, frozenset({ref[end]}), drafter_factory=factory,
+        acceptor=GreedyAcceptor(), window=FixedWindow(4),
+    )  # fmt: skip
+    [seq] = [engine.add_request(PROMPTS[0], params)]
+    while not seq.finished:
+        engine.step()
+    assert seq.output_ids == ref[: end + 1] and seq.finish_reason == "stop"
+    *_, (drafted, kept, emitted) = seq.trace
+    at = (end - 1) % 5  # position of the EOS within its step (4 drafts + 1 of the target)
+    assert (kept, emitted) == ((at + 1, at + 1) if at < 4 else (4, 5))
+    assert seq.stats.accepted == sum(k for _, k, _ in seq.trace)
