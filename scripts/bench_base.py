@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from specdec.bench.costs import forward_seconds
 from specdec.bench.peers import hf_greedy
 from specdec.bench.workloads import CODE_PROMPTS, sharegpt_prompts
 from specdec.config import SamplingParams
@@ -54,6 +55,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--methods", default="plain-bf16,plain-int4,spec-bf16,spec-int4,hf")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
+    ap.add_argument("--curve-context", type=int, default=256, help="context of the v(k) passes")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.threads:
@@ -76,6 +78,17 @@ def main() -> None:
         engines[f"plain-{quant}"] = llm.plain_engine() if spec else llm.engine
         if spec:
             engines[f"spec-{quant}"] = llm.engine
+    # The verify-cost curve of each target format: v(k) = a pass of k + 1 tokens over a
+    # one-token pass, at batch 1 after `--curve-context` tokens, logits at every position.
+    curves = {}
+    for name, engine in engines.items():
+        if name.startswith("plain-"):
+            seconds = forward_seconds(engine.model, 1, tuple(range(1, 10)), args.curve_context)
+            curves[name[6:]] = {
+                "plain_step_ms": round(seconds[1] * 1e3, 2),
+                "v": {k: round(seconds[k + 1] / seconds[1], 3) for k in range(9)},
+            }
+            print(name[6:], curves[name[6:]], flush=True)
     runners = {}
     for name, engine in engines.items():
         if name in methods:
@@ -127,11 +140,16 @@ def main() -> None:
         "prompts_per_workload": args.prompts,
         "repeats": args.repeats,
         "tok_s": table,
+        "verify_curves": curves,
         "runs": results,
     }
     print(
         json.dumps(
-            {k: report[k] for k in ("read_bandwidth_gb_s", "bf16_bound_tok_s", "tok_s")}, indent=1
+            {
+                k: report[k]
+                for k in ("read_bandwidth_gb_s", "bf16_bound_tok_s", "tok_s", "verify_curves")
+            },
+            indent=1,
         )
     )
     if args.out:
