@@ -22,6 +22,7 @@ import transformers
 from specdec.bench.peers import hf_greedy
 from specdec.config import SamplingParams
 from specdec.engine import Engine
+from specdec.models.kernel_tuning import tune_kernels
 from specdec.models.loading import load_transformer, torch_dtype
 from specdec.models.registry import resolve
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
@@ -77,13 +78,17 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     path = resolve(args.model, args.dtype)
     tokenizer = load_tokenizer(path)
     prompt = encode_prompt(tokenizer, PROMPT, chat=True)
     native = load_transformer(path, args.dtype)
+    tune_kernels(native)  # the kernels measured fastest on this machine (cached)
     engine = Engine(native, tokenizer, eos_token_ids(path, tokenizer), max_batch=1)
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         path, dtype=torch_dtype(args.dtype)
