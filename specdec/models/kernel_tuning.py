@@ -151,7 +151,8 @@ def tune_kernels(model: nn.Module, *, cache: Path | None = None, retune: bool = 
     for key, layers in _groups(model).items():
         entry = stored.get(key)
         known = set(layers[0].kernels())
-        if entry is None or set(entry["seconds"][str(BUCKETS[0])]) != known:  # new candidates
+        stale = entry is None or set(entry["plan"]) != {str(b) for b in BUCKETS}
+        if stale or set(entry["seconds"][str(BUCKETS[0])]) != known:  # new buckets, kernels
             entry, changed = measure_group(layers), True
             stored[key] = entry
         for layer in layers:

@@ -53,7 +53,17 @@ def test_half_precision_offers_fp32_upcasts_and_fp32_does_not():
 
 
 def test_buckets_cover_every_row_count():
-    assert [bucket_of(r) for r in (1, 2, 3, 5, 9, 17, 33, 500)] == [1, 2, 4, 8, 16, 32, 64, 64]
+    assert [bucket_of(r) for r in (1, 2, 3, 5, 9, 17, 33, 65, 999)] == [
+        1,
+        2,
+        4,
+        8,
+        16,
+        32,
+        64,
+        256,
+        256,
+    ]
     assert BUCKETS[0] == 1
 
 
@@ -146,3 +156,19 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
         assert "native_bf16" not in layer.kernels() and "linear" in layer.kernels()
     finally:
         native.bf16_gemv.cache_clear()
+
+
+def test_a_plan_without_every_bucket_is_measured_again(tmp_path, monkeypatch):
+    """A cache written when the buckets were different (e.g. before the 256-row prefill
+    bucket) would leave some row counts on no kernel at all: such an entry is re-timed."""
+    cache = tmp_path / "k.json"
+    kernel_tuning.tune_kernels(_model(), cache=cache)
+    stored = json.loads(cache.read_text())
+    for entry in stored["groups"].values():
+        del entry["plan"]["256"]
+    cache.write_text(json.dumps(stored))
+    timed = []
+    real = kernel_tuning.measure_group
+    monkeypatch.setattr(kernel_tuning, "measure_group", lambda ls: timed.append(1) or real(ls))
+    kernel_tuning.tune_kernels(_model(), cache=cache)
+    assert timed == [1, 1]

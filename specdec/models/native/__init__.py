@@ -9,6 +9,8 @@ None, and `Linear` keeps its PyTorch kernels. `SPECDEC_NATIVE=0` turns native ke
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from functools import cache
@@ -36,10 +38,13 @@ def bf16_gemv():
     try:
         from torch.utils.cpp_extension import load
 
-        from specdec.models.kernel_tuning import machine_id
+        from specdec.models.kernel_tuning import machine
         from specdec.models.registry import cache_root
 
-        build = cache_root() / "native" / machine_id()
+        # The build depends on the CPU and torch, not on how many threads will run it.
+        built_for = {k: v for k, v in machine().items() if k != "threads"}
+        key = hashlib.sha256(json.dumps(built_for, sort_keys=True).encode()).hexdigest()[:16]
+        build = cache_root() / "native" / key
         build.mkdir(parents=True, exist_ok=True)
         module = load(
             name="specdec_bf16_gemv",
