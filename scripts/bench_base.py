@@ -24,28 +24,12 @@ from specdec.bench.costs import forward_seconds
 from specdec.bench.peers import hf_greedy
 from specdec.bench.workloads import CODE_PROMPTS, sharegpt_prompts
 from specdec.config import SamplingParams
+from specdec.doctor import decode_bytes, read_bandwidth_gbs
 from specdec.llm import LLM
 from specdec.models.kernel_tuning import machine
 from specdec.models.registry import resolve
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
-
-
-def read_bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
-    x = torch.ones(int(gib * 2**30 / 4), dtype=torch.float32)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
-    return x.numel() * 4 / min(times) / 1e9
-
-
-def bf16_bytes_per_token(llm: LLM) -> int:
-    """bf16 weight bytes of one decode step: everything but the embedding table (a lookup
-    reads one row of it); a tied head counts as read."""
-    params = llm.model.named_parameters(remove_duplicate=False)
-    return sum(p.numel() * 2 for name, p in params if not name.startswith("embed_tokens"))
 
 
 def main() -> None:
@@ -126,7 +110,7 @@ def main() -> None:
                 print(repeat, w, {m: round(v[-1], 2) for m, v in results[w].items()}, flush=True)
 
     bandwidth = read_bandwidth_gbs()
-    bound = bandwidth * 1e9 / bf16_bytes_per_token(base)
+    bound = bandwidth * 1e9 / decode_bytes(base.model.config)
     table = {
         w: {m: round(statistics.median(v), 2) for m, v in r.items()} for w, r in results.items()
     }

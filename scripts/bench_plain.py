@@ -21,6 +21,7 @@ import transformers
 
 from specdec.bench.peers import hf_greedy
 from specdec.config import SamplingParams
+from specdec.doctor import read_bandwidth_gbs
 from specdec.engine import Engine
 from specdec.models.kernel_tuning import tune_kernels
 from specdec.models.loading import load_transformer, torch_dtype
@@ -28,17 +29,6 @@ from specdec.models.registry import resolve
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
 PROMPT = "Write a Python function that merges two sorted lists into one sorted list."
-
-
-def read_bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
-    """Sustained read bandwidth: a sum over a buffer far larger than the caches."""
-    x = torch.ones(int(gib * 2**30 / 4), dtype=torch.float32)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
-    return x.numel() * 4 / min(times) / 1e9
 
 
 def bytes_per_token(model: torch.nn.Module) -> int:

@@ -36,8 +36,8 @@ GIVE_UP = 3.0  # a candidate this many times slower than the best after one swee
 SWEEP_BYTES = 128 * 2**20
 
 
-def machine() -> dict[str, str | int]:
-    """What decides which kernel is fastest: the CPU, its features, cores, torch, threads."""
+def cpu_info() -> tuple[str, str]:
+    """The CPU's model name and its feature flags, as /proc/cpuinfo gives them."""
     model, flags = platform.processor() or platform.machine(), ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -48,6 +48,12 @@ def machine() -> dict[str, str | int]:
                 flags = value.strip()
     except OSError:
         pass
+    return model, flags
+
+
+def machine() -> dict[str, str | int]:
+    """What decides which kernel is fastest: the CPU, its features, cores, torch, threads."""
+    model, flags = cpu_info()
     return {
         "cpu": model,
         "flags": hashlib.sha256(flags.encode()).hexdigest()[:12],

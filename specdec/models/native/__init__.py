@@ -20,25 +20,19 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.partition(":")[2].split())
-    except OSError:
-        pass
-    return set()
-
-
 @cache
 def bf16_gemv():
     """The compiled `bf16_gemv(x [R<=8, K] fp32, W [N, K] bf16) -> [R, N] fp32`, or None."""
-    if os.environ.get("SPECDEC_NATIVE", "1") == "0" or not {"avx2", "fma"} <= _cpu_flags():
+    # Imported here: kernel_tuning imports linear.py, which imports this module.
+    from specdec.models.kernel_tuning import cpu_info, machine
+
+    if os.environ.get("SPECDEC_NATIVE", "1") == "0" or not {"avx2", "fma"} <= set(
+        cpu_info()[1].split()
+    ):
         return None
     try:
         from torch.utils.cpp_extension import load
 
-        from specdec.models.kernel_tuning import machine
         from specdec.models.registry import cache_root
 
         # The build depends on the CPU and torch, not on how many threads will run it.
