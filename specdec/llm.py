@@ -103,7 +103,7 @@ class LLM:
         learn_config=None,
         learn_heads: int = 3,
     ) -> None:
-        from specdec.models.registry import resolve
+        from specdec.models.registry import gguf_source, resolve
 
         self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
         if draft_tp not in (1, tp):
@@ -130,8 +130,10 @@ class LLM:
         if self.tp is not None:  # each rank on its own device; refuse bad splits before loading
             device = self.tp.device
             check_tp_split(path, draft if draft_tp > 1 else None, dtype, tp)
+        # int4 from a Q4_K GGUF runs the file's own 4-bit blocks (a shard re-quantizes).
+        source = gguf_source(model) if quant == "int4" and self.tp is None else None
         self.model = _tuned(
-            quantize(load_transformer(path, dtype, torch.device(device), tp=self.tp), quant)
+            quantize(load_transformer(path, dtype, torch.device(device), tp=self.tp), quant, source)
         )
         self.quant = quant
         if draft_quant is None:

@@ -113,7 +113,7 @@ def measure_group(layers: list[Linear]) -> dict:
     Candidates are prepared one at a time and a format that leads no bucket is dropped at
     once, so memory holds at most the leaders' formats plus the one being timed."""
     names = list(layers[0].kernels())
-    size = layers[0].weight.numel() * layers[0].weight.element_size()
+    size = layers[0].stored_bytes()
     layers = layers[: max(1, -(-SWEEP_BYTES // size))]
     inputs = {
         rows: torch.randn(

@@ -143,6 +143,11 @@ class Linear(nn.Linear):
         """The candidates for this layer (subclasses with other weight formats add theirs)."""
         return {n: k for n, k in KERNELS.items() if k.applies(self)}
 
+    def stored_bytes(self) -> int:
+        """Bytes of the most compact weight format this layer holds (what a decode step
+        streams when its fastest kernel reads that format)."""
+        return self.weight.numel() * self.weight.element_size()
+
     def prepare(self, name: str) -> None:
         kernel = self.kernels()[name]
         if kernel.prepare is not None and name not in self.formats:

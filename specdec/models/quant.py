@@ -19,14 +19,22 @@ int8: symmetric, one scale per output channel.
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
 import torch
 from torch import nn
 
 from specdec.errors import InvalidParameterError
+from specdec.models import native
 from specdec.models.linear import Kernel, Linear
 from specdec.models.transformer import Transformer
 
-GROUP = 32
+log = logging.getLogger(__name__)
+
+GROUP = 32  # weights per 4-bit group (one scale and minimum)
+SUPER = 256  # weights per super-block (one scale for the group scales, Q4_K's)
 QUANTS = ("none", "int4", "int8")
 # Without a measured plan (an untuned layer), the packed kernels take products of at most
 # this many rows and the dense weights the rest (prefills), as measured on both reference
@@ -62,35 +70,167 @@ class _QuantLinear(Linear):
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
+@dataclass(frozen=True)
+class Q4Weights:
+    """4-bit weights in GGUF Q4_K's arrangement (see native/q4_gemv.cpp for the byte layout):
+    w[n, k] = d[n, s] * sc[n, g] * q[n, k] - dmin[n, s] * mn[n, g] for the group g = k // 32
+    and super-block s = k // 256 of input k. Q4_K stores d and dmin in fp16 and sc, mn in 6
+    bits, so a Q4_K tensor maps onto this exactly (`from_q4_k_blocks`); weights quantized at
+    load get 8-bit sc and mn."""
+
+    qs: torch.Tensor  # [N, K/2] u8: two 4-bit weights per byte
+    sc: torch.Tensor  # [N, 8 S] u8 group scales (0 past K)
+    mn: torch.Tensor  # [N, 8 S] u8 group minimums
+    d: torch.Tensor  # [N, S] fp32 scale of sc
+    dmin: torch.Tensor  # [N, S] fp32 scale of mn
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.qs.shape[0], self.qs.shape[1] * 2
+
+    def levels(self) -> torch.Tensor:  # [N, K] the 4-bit values q, 0..15
+        n, k = self.shape
+        pairs = self.qs.reshape(n, k // 64, 1, 32)
+        return torch.cat([pairs & 15, pairs >> 4], dim=2).reshape(n, k)
+
+    def dequantize(self) -> torch.Tensor:  # [N, K] fp32
+        n, k = self.shape
+        groups = self.sc.shape[1]
+        per_super = self.d.repeat_interleave(8, dim=1)  # [N, G]
+        scale = (per_super * self.sc.float())[:, : k // GROUP]
+        low = (self.dmin.repeat_interleave(8, dim=1) * self.mn.float())[:, : k // GROUP]
+        q = self.levels().float().reshape(n, k // GROUP, GROUP)
+        assert groups * GROUP >= k
+        return (scale[..., None] * q - low[..., None]).reshape(n, k)
+
+
+def q4_quantize(w: torch.Tensor) -> Q4Weights:
+    """Round `w` [N, K] (K % 64 == 0) to Q4Weights: per group of 32 an asymmetric 16-level
+    grid from min(w, 0) to max(w, 0) (Q4_K's convention: the minimum is never positive),
+    the group scales and minimums themselves in 8 bits per super-block of 256."""
+    n, k = w.shape
+    supers = -(-k // SUPER)
+    padded = torch.zeros(n, supers * SUPER, dtype=torch.float32)
+    padded[:, :k] = w.float()
+    groups = padded.reshape(n, supers, 8, GROUP)
+    low = groups.amin(-1).clamp(max=0)  # [N, S, 8]
+    scale = (groups.amax(-1).clamp(min=0) - low) / 15
+    d, dmin = scale.amax(-1) / 255, (-low).amax(-1) / 255  # [N, S]
+    sc = _ratio(scale, d[..., None]).round().clamp(0, 255)
+    mn = _ratio(-low, dmin[..., None]).round().clamp(0, 255)
+    step, offset = d[..., None] * sc, dmin[..., None] * mn  # [N, S, 8]
+    q = _ratio(groups + offset[..., None], step[..., None]).round().clamp(0, 15)
+    q = q.to(torch.uint8).reshape(n, -1, 2, GROUP)[:, : k // 64]  # 64-weight chunks
+    return Q4Weights(
+        qs=(q[:, :, 0] | (q[:, :, 1] << 4)).reshape(n, k // 2).contiguous(),
+        sc=sc.to(torch.uint8).reshape(n, -1).contiguous(),
+        mn=mn.to(torch.uint8).reshape(n, -1).contiguous(),
+        d=d.contiguous(),
+        dmin=dmin.contiguous(),
+    )
+
+
+def _ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a / b, 0 where b is 0 (an all-zero group or super-block)."""
+    return torch.where(b > 0, a / torch.where(b > 0, b, 1), 0)
+
+
+def q4_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [R, K] fp32 -> (xq [R, S, 256] integers as fp32, dx [R, S]): int8 activations with
+    one scale per super-block, exactly as the native kernel rounds them (zero-padded past K)."""
+    rows, k = x.shape
+    supers = -(-k // SUPER)
+    padded = torch.zeros(rows, supers * SUPER, dtype=torch.float32)
+    padded[:, :k] = x.float()
+    blocks = padded.reshape(rows, supers, SUPER)
+    top = blocks.abs().amax(-1)  # [R, S]
+    inverse = torch.where(top > 0, 127 / torch.where(top > 0, top, 1), 0)
+    return (blocks * inverse[..., None]).round(), top / 127
+
+
+def q4_reference(x: torch.Tensor, weights: Q4Weights) -> torch.Tensor:
+    """What `native.q4_gemv` computes, in float64 PyTorch: x [R, K] fp32 -> [R, N] fp32."""
+    n, k = weights.shape
+    xq, dx = q4_activations(x)
+    supers = xq.shape[1]
+    q = torch.zeros(n, supers * SUPER, dtype=torch.float64)
+    q[:, :k] = weights.levels().double()
+    scaled = (q.reshape(n, -1, GROUP) * weights.sc.double()[..., None]).reshape(n, supers, SUPER)
+    dots = torch.einsum("rsk,nsk->rns", xq.double(), scaled)  # sum over g of sc * (q . xq)
+    sums = xq.double().reshape(xq.shape[0], -1, GROUP).sum(-1)  # [R, G]
+    mins = torch.einsum(
+        "rsg,nsg->rns", sums.reshape(-1, supers, 8), weights.mn.double().reshape(n, supers, 8)
+    )
+    terms = weights.d.double() * dots - weights.dmin.double() * mins  # [R, N, S]
+    return (terms * dx.double()[:, None, :]).sum(-1).float()
+
+
+def _q4_native(layer, fmt, x):
+    w = layer.q4
+    out = native.q4_gemv()(x.float(), w.qs, w.sc, w.mn, w.d, w.dmin)
+    return (out if layer.bias is None else out + layer.bias.float()).to(x.dtype)
+
+
+def _torch_int4_pack(layer):
+    """torch's packed int4 format for the same 4-bit values: per group (q - 8) * scale +
+    zero, scale and zero rounded to the model dtype (a rounding the native kernel avoids)."""
+    w, dtype = layer.q4, layer.weight.dtype
+    n, k = w.shape
+    step = (w.d.repeat_interleave(8, dim=1) * w.sc.float())[:, : k // GROUP]  # [N, K/32]
+    low = (w.dmin.repeat_interleave(8, dim=1) * w.mn.float())[:, : k // GROUP]
+    scales_zeros = torch.stack([step.t(), (8 * step - low).t()], dim=-1).to(dtype)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(w.levels().to(torch.int32), 2)
+    return packed, scales_zeros.contiguous()  # [K/32, N, 2]
+
+
+def _torch_int4(layer, fmt, x):
+    packed, scales_zeros = fmt
+    out = torch.ops.aten._weight_int4pack_mm_for_cpu(
+        x.to(layer.weight.dtype), packed, GROUP, scales_zeros
+    )
+    return (out if layer.bias is None else out + layer.bias).to(x.dtype)
+
+
 class Int4Linear(_QuantLinear):
-    """y = x @ dequant(W).T [+ bias], W in 4 bits through torch's packed int4 CPU kernel."""
+    """y = x @ dequant(W).T [+ bias], W in 4 bits (`Q4Weights`).
 
-    packed_name = "int4"
+    Two packed kernels compete in `tune_kernels`: the native one ("q4_native", int8
+    activations, integer dot products, batch-invariant) and torch's int4 kernel ("int4",
+    where N % 16 == 0); the dense kernels run on the dequantized `weight`.
+    """
 
-    def __init__(self, linear: nn.Linear, group: int = GROUP) -> None:
-        n, k = linear.weight.shape
-        w = linear.weight.detach().float().reshape(n, k // group, group)
-        low, high = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
-        scale = ((high - low) / 15).clamp_min(1e-8)
-        q = ((w - low) / scale).round().clamp(0, 15)
-        # The kernel computes (q - 8) * scale + zero with scale and zero in the activation
-        # dtype; the dequantized weights are computed from those same rounded values.
-        dtype = linear.weight.dtype
-        scale = scale.to(dtype).float()
-        zero = (low + 8 * scale).to(dtype).float()
-        dequantized = ((q - 8) * scale + zero).reshape(n, k)
-        super().__init__(linear, dequantized)
-        scales_zeros = torch.stack([scale[..., 0].t(), zero[..., 0].t()], dim=-1)
-        q = q.to(torch.int32).reshape(n, k)
-        self.register_buffer("qweight", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2))
-        self.register_buffer("scales_zeros", scales_zeros.to(dtype).contiguous())  # [K/g, N, 2]
-        self.group = group
+    def __init__(self, linear: nn.Linear, weights: Q4Weights | None = None) -> None:
+        q4 = weights if weights is not None else q4_quantize(linear.weight.detach())
+        if q4.shape != tuple(linear.weight.shape):
+            raise ValueError(
+                f"4-bit weights of shape {q4.shape} for a {tuple(linear.weight.shape)} layer"
+            )
+        super().__init__(linear, q4.dequantize())
+        for name in ("qs", "sc", "mn", "d", "dmin"):
+            self.register_buffer(name, getattr(q4, name))
+
+    def stored_bytes(self) -> int:
+        return sum(getattr(self, n).nbytes for n in ("qs", "sc", "mn", "d", "dmin"))
+
+    @property
+    def q4(self) -> Q4Weights:
+        return Q4Weights(self.qs, self.sc, self.mn, self.d, self.dmin)
+
+    def kernels(self) -> dict[str, Kernel]:
+        packed = {}
+        if native.q4_gemv() is not None:
+            packed["q4_native"] = Kernel(None, _q4_native, lambda layer: True)
+        if self.out_features % 16 == 0:
+            packed["int4"] = Kernel(_torch_int4_pack, _torch_int4, lambda layer: True)
+        return {**packed, **Linear.kernels(self)}
 
     def packed(self, fmt, x):
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(
-            x.to(self.weight.dtype), self.qweight, self.group, self.scales_zeros
-        )
-        return (out if self.bias is None else out + self.bias).to(x.dtype)
+        if native.q4_gemv() is not None:
+            return _q4_native(self, None, x)
+        if self.out_features % 16 == 0:
+            self.prepare("int4")
+            return _torch_int4(self, self.formats["int4"], x)
+        return Linear.default(self, x)
 
 
 class Int8Linear(_QuantLinear):
@@ -113,27 +253,31 @@ class Int8Linear(_QuantLinear):
         return (out if self.bias is None else out + self.bias).to(x.dtype)
 
 
-def _quantized(linear: nn.Module, kind: str) -> nn.Module:
-    """The quantized layer where the kernel supports the shape (N % 16 == 0 and, for int4,
-    K % GROUP == 0); the layer unchanged otherwise."""
-    if hasattr(linear, "inner"):  # a tensor-parallel wrapper: quantize the local shard
+def _quantized(linear: nn.Module, kind: str, source=None, name: str = "", report=None) -> nn.Module:
+    """The quantized layer where the format takes the shape (int4: K % 64 == 0, int8:
+    N % 16 == 0); the layer unchanged otherwise. `source` (a `gguf_q4.GGUFWeights`) gives
+    int4 layers the file's own 4-bit blocks where it has them."""
+    if hasattr(linear, "inner"):  # a tensor-parallel shard: quantize it from its own rows
         linear.inner = _quantized(linear.inner, kind)
         return linear
     n, k = linear.weight.shape
-    if n % 16:
+    if kind == "int8":
+        return Int8Linear(linear) if n % 16 == 0 else linear
+    if k % 64:
         return linear
-    if kind == "int4":
-        return Int4Linear(linear) if k % GROUP == 0 else linear
-    return Int8Linear(linear)
+    if source is None:
+        return Int4Linear(linear)
+    return Int4Linear(linear, source.layer(name, linear.weight.detach(), report))
 
 
-def quantize(model: Transformer, kind: str) -> Transformer:
+def quantize(model: Transformer, kind: str, gguf: Path | None = None) -> Transformer:
     """Replace every projection and the vocabulary head by an int4 or int8 layer, in place
     ("none" leaves the model as it is).
 
-    CPU only (torch's packed kernels for CPU). The embedding table stays as it is (a lookup
-    reads one row per token); a tied head is quantized as its own copy. Layers whose shape
-    the kernel does not take stay unquantized.
+    CPU only. The embedding table stays as it is (a lookup reads one row per token); a tied
+    head is quantized as its own copy. Layers whose shape the format does not take stay
+    unquantized. With `gguf` (the Q4_K file the model was converted from), int4 layers take
+    the file's 4-bit blocks as they are (`gguf_q4`); `model.quant_report` says which.
     """
     if kind not in QUANTS:
         raise InvalidParameterError(
@@ -143,12 +287,23 @@ def quantize(model: Transformer, kind: str) -> Transformer:
         return model
     if model.device.type != "cpu":
         raise InvalidParameterError(f"{kind} quantization is implemented for CPU only")
-    for layer in model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        attn.qkv_proj, attn.o_proj = _quantized(attn.qkv_proj, kind), _quantized(attn.o_proj, kind)
-        mlp.gate_up_proj = _quantized(mlp.gate_up_proj, kind)
-        mlp.down_proj = _quantized(mlp.down_proj, kind)
-    model.lm_head = _quantized(model.lm_head, kind)
+    from specdec.models.gguf_q4 import GGUFWeights, QuantReport
+
+    source = GGUFWeights(gguf) if gguf is not None and kind == "int4" else None
+    report = QuantReport()
+
+    def swap(module: nn.Module, attr: str, name: str) -> None:
+        setattr(module, attr, _quantized(getattr(module, attr), kind, source, name, report))
+
+    for i, layer in enumerate(model.layers):
+        swap(layer.self_attn, "qkv_proj", f"layers.{i}.self_attn.qkv_proj")
+        swap(layer.self_attn, "o_proj", f"layers.{i}.self_attn.o_proj")
+        swap(layer.mlp, "gate_up_proj", f"layers.{i}.mlp.gate_up_proj")
+        swap(layer.mlp, "down_proj", f"layers.{i}.mlp.down_proj")
+    swap(model, "lm_head", "lm_head")
+    if source is not None:
+        log.info("specdec: %s: %s", Path(gguf).name, report.summary())
+    model.quant_report = report
     return model
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "cache_root",
     "convert_gguf",
     "gguf_architecture",
+    "gguf_source",
     "list_models",
     "pull",
     "resolve",
@@ -534,6 +535,17 @@ def resolve(name_or_path: str, dtype: str = "bf16") -> Path:
         f"{name_or_path!r} is not a registered model and the path does not exist; "
         f"registered models: {', '.join(sorted(REGISTRY))}"
     )
+
+
+def gguf_source(name_or_path: str) -> Path | None:
+    """The GGUF file a registry name or a `.gguf` path was converted from (None for a
+    model directory, or a registered model not yet assembled): where `--quant int4` can
+    take the file's own 4-bit blocks."""
+    if name_or_path in REGISTRY:
+        path = cache_root() / "gguf" / REGISTRY[name_or_path].gguf_file
+        return path if _marker(path).is_file() else None
+    path = Path(name_or_path).expanduser()
+    return path if path.is_file() and path.suffix == ".gguf" else None
 
 
 def list_models() -> list[dict]:

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from specdec.errors import InvalidParameterError
-from specdec.models.quant import Int4Linear, Int8Linear, quantize, quantize_int4
+from specdec.models.quant import Int4Linear, Int8Linear, _quantized, quantize, quantize_int4
 
 from tiny import hf_tiny, native_from_hf
 
@@ -70,12 +70,89 @@ def test_quantize_a_target_keeps_it_decoding(kind, cls):
 def test_quantize_int4_model_skips_unsupported_shapes():
     model = quantize_int4(native_from_hf(hf_tiny("llama")))
     assert isinstance(model.layers[0].mlp.gate_up_proj, Int4Linear)
-    assert not isinstance(model.lm_head, Int4Linear)  # vocab 97 is not a multiple of 16
+    assert isinstance(model.lm_head, Int4Linear)  # vocab 97: any output count, no torch kernel
+    assert "int4" not in model.lm_head.kernels()  # torch's int4 kernel needs N % 16 == 0
     cache = model.new_cache(1, 16)
     assert torch.isfinite(model(torch.tensor([[1, 2, 3]]), cache).logits).all()
+    odd = torch.nn.Linear(48, 32)  # 48 inputs: not whole 64-weight chunks of the format
+    assert _quantized(odd, "int4") is odd
 
 
 def test_int4_refuses_non_cpu_models():
     model = native_from_hf(hf_tiny("llama")).to("meta")
     with pytest.raises(InvalidParameterError, match="CPU only"):
         quantize_int4(model)
+
+
+# --- the 4-bit format and the native int4 kernel -----------------------------------------
+
+import torch.nn.functional as F  # noqa: E402
+
+from specdec.models import native  # noqa: E402
+from specdec.models.quant import q4_quantize, q4_reference  # noqa: E402
+
+
+@pytest.mark.parametrize("k", [64, 576, 1536])  # 576: a super-block of 256 cut short
+def test_q4_reference_is_the_dequantized_product_up_to_int8_activations(k):
+    """The reference the native kernel is held to computes x @ dequant(W).T with x rounded
+    to int8 per 256 inputs: within 2% of the exact product, never equal to a wrong one."""
+    torch.manual_seed(0)
+    w = torch.randn(40, k) * 0.05
+    q4 = q4_quantize(w)
+    assert ((q4.dequantize() - w).norm() / w.norm()) < 0.1  # 4 bits of a Gaussian: ~8%
+    x = torch.randn(5, k)
+    exact = F.linear(x, q4.dequantize())
+    rel = (q4_reference(x, q4) - exact).norm() / exact.norm()
+    assert rel < 0.02
+    wrong = F.linear(x, w)  # the unquantized weights: farther than the int8 rounding
+    assert (wrong - exact).norm() / exact.norm() > 5 * rel
+
+
+def test_q4_quantize_keeps_zero_groups_and_zero_activations_finite():
+    w = torch.zeros(16, 128)
+    w[:, 64:] = torch.linspace(-1, 1, 64)
+    q4 = q4_quantize(w)
+    assert torch.equal(q4.dequantize()[:, :64], torch.zeros(16, 64))
+    x = torch.zeros(2, 128)
+    assert torch.equal(q4_reference(x, q4), torch.zeros(2, 16))
+
+
+def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypatch):
+    """The native int4 kernel (built on first use where AVX2 + FMA exist) against its
+    float64 PyTorch reference, for 1..9 rows, and row by row equal to a one-row call: a
+    decode step and a verify pass through it compute the same numbers."""
+    monkeypatch.setenv("SPECDEC_NATIVE", "1")
+    native.q4_gemv.cache_clear()
+    try:
+        op = native.q4_gemv()
+        linear = torch.nn.Linear(576, 40).to(torch.bfloat16)
+        if op is None:
+            assert "q4_native" not in Int4Linear(linear).kernels()
+            pytest.skip("no native kernel on this machine")
+        torch.manual_seed(0)
+        for k in (64, 576, 1536):
+            q4 = q4_quantize(torch.randn(24, k) * 0.05)
+            for rows in range(1, 10):
+                x = torch.randn(rows, k)
+                x[0, :32] = 0  # a zero group and, below, a zero row
+                if rows > 1:
+                    x[-1] = 0
+                out = op(x, q4.qs, q4.sc, q4.mn, q4.d, q4.dmin)
+                ref = q4_reference(x, q4)
+                torch.testing.assert_close(out, ref, atol=1e-5 * ref.abs().max(), rtol=1e-5)
+                one_by_one = torch.cat(
+                    [op(x[i : i + 1], q4.qs, q4.sc, q4.mn, q4.d, q4.dmin) for i in range(rows)]
+                )
+                assert torch.equal(out, one_by_one)
+        layer = Int4Linear(linear)
+        assert "q4_native" in layer.kernels()
+        x = torch.randn(3, 576).to(torch.bfloat16)
+        exact = F.linear(x.float(), layer.weight.float(), layer.bias.float())
+        out = layer.run("q4_native", x)
+        assert out.dtype == torch.bfloat16
+        assert ((out.float() - exact).norm() / exact.norm()) < 0.02
+        native.q4_gemv.cache_clear()
+        monkeypatch.setenv("SPECDEC_NATIVE", "0")
+        assert "q4_native" not in layer.kernels() and "int4" not in layer.kernels()
+    finally:
+        native.q4_gemv.cache_clear()

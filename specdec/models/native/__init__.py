@@ -2,9 +2,11 @@
 
 Only where a measured kernel needs it (DESIGN convention 10): `bf16_gemv` streams bf16
 weights on CPUs without bf16 arithmetic, where every PyTorch bf16 kernel is several times
-slower than the memory allows. The build lands in `$SPECDEC_HOME/native/<machine>` and is
-reused by later processes; a machine that cannot build it (no compiler, no AVX2/FMA) gets
-None, and `Linear` keeps its PyTorch kernels. `SPECDEC_NATIVE=0` turns native kernels off.
+slower than the memory allows; `q4_gemv` multiplies 4-bit weights by int8-quantized
+activations with integer dot products, where PyTorch's int4 kernel is compute-bound.
+The build lands in `$SPECDEC_HOME/native/<machine>` and is reused by later processes; a
+machine that cannot build it (no compiler, no AVX2/FMA) gets None, and `Linear` keeps its
+PyTorch kernels. `SPECDEC_NATIVE=0` turns native kernels off.
 """
 
 from __future__ import annotations
@@ -23,6 +25,20 @@ HERE = Path(__file__).parent
 @cache
 def bf16_gemv():
     """The compiled `bf16_gemv(x [R<=8, K] fp32, W [N, K] bf16) -> [R, N] fp32`, or None."""
+    module = _build("bf16_gemv")
+    return None if module is None else module.bf16_gemv
+
+
+@cache
+def q4_gemv():
+    """The compiled `q4_gemv(x [R, K] fp32, qs, sc, mn, d, dmin) -> [R, N] fp32` (the format
+    in q4_gemv.cpp and `quant.Q4Weights`), or None."""
+    module = _build("q4_gemv")
+    return None if module is None else module.q4_gemv
+
+
+def _build(name: str):
+    """Compile (or load the earlier build of) `<name>.cpp`, or None where it cannot be."""
     # Imported here: kernel_tuning imports linear.py, which imports this module.
     from specdec.models.kernel_tuning import cpu_info, machine
 
@@ -40,15 +56,14 @@ def bf16_gemv():
         key = hashlib.sha256(json.dumps(built_for, sort_keys=True).encode()).hexdigest()[:16]
         build = cache_root() / "native" / key
         build.mkdir(parents=True, exist_ok=True)
-        module = load(
-            name="specdec_bf16_gemv",
-            sources=[str(HERE / "bf16_gemv.cpp")],
+        return load(
+            name=f"specdec_{name}",
+            sources=[str(HERE / f"{name}.cpp")],
             extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
             extra_ldflags=["-fopenmp"],
             build_directory=str(build),
             verbose=False,
         )
-        return module.bf16_gemv
     except Exception as err:  # a missing compiler or headers: fall back, say why once
-        log.warning("specdec: native bf16 kernel unavailable (%s); using PyTorch kernels", err)
+        log.warning("specdec: native kernel %s unavailable (%s); using PyTorch kernels", name, err)
         return None
