@@ -27,9 +27,34 @@ from specdec.config import SamplingParams
 from specdec.doctor import decode_bytes, read_bandwidth_gbs
 from specdec.llm import LLM
 from specdec.models.kernel_tuning import machine
-from specdec.models.registry import resolve
+from specdec.models.registry import gguf_source, resolve
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
+
+
+def llamacpp_runner(lookup: bool, tokens: int):
+    """Greedy llama.cpp on the target's GGUF file (the file specdec converted), one prompt
+    at a time: ids -> number of tokens generated (stops at end of text, like specdec)."""
+    import llama_cpp
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    llm = llama_cpp.Llama(
+        model_path=str(gguf_source(TARGET)),
+        n_ctx=4096,
+        n_threads=torch.get_num_threads(),
+        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=4) if lookup else None,
+        verbose=False,
+    )
+
+    def run(ids):
+        n = 0
+        for token in llm.generate(list(ids), temp=0.0, top_k=1, reset=True):
+            n += 1
+            if token == llm.token_eos() or n >= tokens:
+                break
+        return n
+
+    return run
 
 
 def main() -> None:
@@ -37,7 +62,12 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--prompts", type=int, default=4, help="per workload")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--methods", default="plain-bf16,plain-int4,spec-bf16,spec-int4,hf")
+    ap.add_argument(
+        "--methods",
+        default="plain-bf16,plain-int4,spec-bf16,spec-int4,ngram-int4,hf,llamacpp,llamacpp-lookup",
+        help="llamacpp*: llama.cpp on the target's GGUF file (the `.[llamacpp]` extra); "
+        "-lookup: with its prompt-lookup speculation, 4 tokens",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     ap.add_argument("--curve-context", type=int, default=256, help="context of the v(k) passes")
     ap.add_argument("--out", default=None)
@@ -81,6 +111,16 @@ def main() -> None:
                     0
                 ].num_generated
             )
+    if "ngram-int4" in methods:
+        ngram = LLM(TARGET, quant="int4", draft="ngram", speculate="auto").engine
+        runners["ngram-int4"] = lambda ids: (
+            ngram.generate([ids], SamplingParams(temperature=0, max_tokens=args.tokens))[
+                0
+            ].num_generated
+        )
+    for name in ("llamacpp", "llamacpp-lookup"):
+        if name in methods:
+            runners[name] = llamacpp_runner(name.endswith("lookup"), args.tokens)
     if "hf" in methods:
         import transformers
 

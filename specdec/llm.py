@@ -208,14 +208,15 @@ class LLM:
                 n_candidates=self.n_candidates,
                 learner=self.learner,
             )
-        from specdec.models.registry import resolve
+        from specdec.models.registry import gguf_source, resolve
 
         path = resolve(draft, dtype)
         check_same_tokenizer(self.tokenizer, load_tokenizer(path))
         # draft_tp = 1: every rank holds the whole draft and drafts on its own.
         shard = self.tp if self.draft_tp > 1 else None
         draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
-        self.draft_model = _tuned(quantize(draft_model, quant))
+        source = gguf_source(draft) if quant == "int4" and shard is None else None
+        self.draft_model = _tuned(quantize(draft_model, quant, source))
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
         return lambda max_batch, max_len: DraftModelDrafter(
             self.draft_model, vocab, tok_size, max_batch, max_len

@@ -115,6 +115,12 @@ def measure_group(layers: list[Linear]) -> dict:
     names = list(layers[0].kernels())
     size = layers[0].stored_bytes()
     layers = layers[: max(1, -(-SWEEP_BYTES // size))]
+
+    def swept(rows: int) -> list[Linear]:
+        # Past 16 rows a product is compute-bound and need not stream from memory: fewer
+        # layers per sweep keep a prefill bucket's slow candidates from taking minutes.
+        return layers[: max(1, len(layers) * 16 // max(rows, 16))]
+
     inputs = {
         rows: torch.randn(
             rows, layers[0].in_features, generator=torch.Generator().manual_seed(0)
@@ -127,16 +133,17 @@ def measure_group(layers: list[Linear]) -> dict:
             for layer in layers:
                 layer.prepare(name)
             for rows, x in inputs.items():
-                best = min(times[rows].values(), default=float("inf"))
-                times[rows][name] = _time(layers, name, x, best)
+                group = swept(rows)  # times are per layer: groups differ in length
+                best = min(times[rows].values(), default=float("inf")) * len(group)
+                times[rows][name] = _time(group, name, x, best) / len(group)
             leaders = {min(t, key=t.get) for t in times.values()}
             for layer in layers:
                 layer.formats = {n: f for n, f in layer.formats.items() if n in leaders}
     return {
         "plan": {str(rows): min(t, key=t.get) for rows, t in times.items()},
         "seconds": {str(rows): {n: round(v, 9) for n, v in t.items()} for rows, t in times.items()},
-        "layers": len(layers),  # swept per timing
-        "bytes": size * len(layers),  # weight bytes per sweep: GB/s = bytes / seconds
+        "layers": len(layers),  # swept per timing (fewer past 16 rows)
+        "bytes": size,  # weight bytes of one layer: GB/s = bytes / seconds (per layer)
     }
 
 

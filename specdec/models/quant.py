@@ -7,14 +7,18 @@ lossless acceptors are lossless with respect to it: speculative output is distri
 plain decoding of the same quantized target.
 
 To keep that true, a quantized layer's `weight` holds the dequantized weights in the model
-dtype, and every kernel computes with exactly those values: torch's packed int4 / int8
-kernels for the few rows of a decode or verify step, the dense kernels of `Linear` (on the
-dequantized weights) where they measure faster, e.g. a prefill's hundreds of rows.
-`tune_kernels` decides per bucket of rows, on the machine at hand.
+dtype, and every kernel computes with those values: a packed kernel for the few rows of a
+decode or verify step, the dense kernels of `Linear` (on the dequantized weights) where
+they measure faster, e.g. a prefill's hundreds of rows. `tune_kernels` decides per bucket
+of rows, on the machine at hand. Kernels differ only in rounding: the native int4 kernel
+also rounds the activations to int8 (one scale per 256 inputs, as llama.cpp does), which
+changes a layer's output by under 1% (measured on random weights); it is batch-invariant,
+so a verify pass through it scores each token exactly as a one-token decode step would.
 
-int4: asymmetric, one scale and one zero point per group of 32 input channels (the layout
-of GGUF's Q4 formats: Q4_K's sub-blocks are 32 weights with a scale and a minimum each).
-int8: symmetric, one scale per output channel.
+int4 (`Q4Weights`): GGUF Q4_K's arithmetic, a scale and a minimum per group of 32 inputs,
+themselves quantized per super-block of 256, so a Q4_K file's tensors run as stored
+(`gguf_q4`); other checkpoints are quantized at load (round to nearest). int8: symmetric,
+one scale per output channel.
 """
 
 from __future__ import annotations
