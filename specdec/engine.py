@@ -25,6 +25,7 @@ from specdec.drafters.base import Drafter, PassStates
 from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.metrics import SpecStats
 from specdec.models.kv_cache import KVCache
+from specdec.models.static_pass import StaticPasses, use_static_passes
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import make_generator, request_probs
 from specdec.speculator.tree import TreeDraft, TreeWalkSampler
@@ -128,6 +129,12 @@ class Engine:
     A drafter may propose a candidate tree (`TreeDraft`) instead of a chain: the engine
     then verifies every node in one pass (`_verify_tree`); `max_tree_nodes` (the drafter's
     `max_nodes`) reserves cache room for the widest tree.
+
+    `static_passes` runs the target's decode and verify passes through fixed-shape,
+    bucketed passes over preallocated buffers (`specdec.models.static_pass`), and
+    `cuda_graphs` captures them as CUDA graphs. Both default to on for a CUDA model and
+    off on the CPU, where the eager pass is unchanged (`cuda_graphs` is ignored there;
+    `static_passes=True` runs the buffered path eagerly, which is how CPU tests check it).
     """
 
     def __init__(
@@ -142,6 +149,8 @@ class Engine:
         max_len: int | None = None,
         max_tree_nodes: int = 0,
         tree_acceptor=None,
+        static_passes: bool | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
@@ -181,6 +190,12 @@ class Engine:
         self._cache: KVCache | None = None
         self._drafter: Drafter | None = None
         self.last_window = 0  # k of the latest step, for monitoring
+        self.static_passes, self.cuda_graphs = use_static_passes(
+            model.device, static_passes, cuda_graphs
+        )
+        # The target's decode/verify pass: the model itself, or `StaticPasses` over the
+        # current cache (chosen once per cache, in `_ensure_cache`).
+        self._target = model
 
     @property
     def context_length(self) -> int:
@@ -235,6 +250,7 @@ class Engine:
         self.live.clear()
         self.waiting.clear()
         self._cache = self._drafter = None
+        self._target = self.model
 
     def abort(self, seq: LiveSequence) -> None:
         """Stop a request (a client went away); its row is freed at the next step."""
@@ -339,7 +355,12 @@ class Engine:
         if cache is not None and cache.max_batch >= rows and cache.max_len >= length:
             return
         self._cache = self._drafter = None  # free the old memory first
+        self._target = self.model
         self._cache = self.model.new_cache(rows, length)
+        if self.static_passes:
+            self._target = StaticPasses(
+                self.model, self._cache, rows, self.headroom - 1, graphs=self.cuda_graphs
+            )
         if self.drafter_factory is not None:
             self._drafter = self.drafter_factory(rows, length)
             # A draft model's catch-up is priced from the target's prefill until timed.
@@ -434,7 +455,7 @@ class Engine:
         B, device = len(live), self.model.device
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
         start = cache.lengths[:B].clone()
-        out = self.model(
+        out = self._target(
             torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
         )
         target_probs = request_probs(out.logits, params)  # [B, k+1, V]
@@ -454,7 +475,7 @@ class Engine:
         B, device = len(live), self.model.device
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
         start = cache.lengths[:B].clone()
-        out = self.model(
+        out = self._target(
             torch.cat([last, draft.tokens.to(device)], 1),
             cache,
             num_new=1 + draft.num_nodes,
