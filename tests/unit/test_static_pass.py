@@ -231,3 +231,14 @@ def test_static_heads_equal_eager_heads():
     hidden[0] += 1.0  # updated in place by the drafter: the next pass reads it
     want = heads.propose_greedy(hidden[:1], last[:1], 2)
     assert torch.equal(static.propose_greedy(1, 2), want)
+
+
+def test_cost_measurements_time_the_static_passes(model):
+    """The benchmarks' verify curve and draft step can time the passes an engine with
+    static passes runs (CUDA graphs on a GPU): same shapes, positive times."""
+    from specdec.bench.costs import forward_seconds, measure_costs
+
+    times = forward_seconds(model, 2, (1, 3), 10, repeats=1, static_passes=True)
+    assert set(times) == {1, 3} and all(t > 0 for t in times.values())
+    costs = measure_costs(model, model, 2, 10, (0, 2), repeats=1, static_passes=True)
+    assert costs["c"] > 0 and set(costs["v"]) == {"0", "2"}
