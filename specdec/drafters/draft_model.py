@@ -27,7 +27,7 @@ import torch
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
 from specdec.errors import TokenizerMismatchError
-from specdec.models.static_pass import StaticPasses
+from specdec.models.static_pass import StaticPasses, use_static_passes
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import param_tensors, probs_from_logits, sample
 
@@ -57,16 +57,16 @@ class DraftModelDrafter(DrafterBase):
         tokenizer_size: int,
         max_batch: int,
         max_len: int,
-        static_passes: bool = False,
-        cuda_graphs: bool = False,
+        static_passes: bool | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.model = model
         self.cache = model.new_cache(max_batch, max_len)
         # The draft steps' forward: at most two new tokens per row (the pending ones).
+        # Static (graphs) by default on CUDA only, as the Engine's (`use_static_passes`).
+        static, graphs = use_static_passes(model.device, static_passes, cuda_graphs)
         self._forward = (
-            StaticPasses(model, self.cache, max_batch, 2, graphs=cuda_graphs)
-            if static_passes
-            else model
+            StaticPasses(model, self.cache, max_batch, 2, graphs=graphs) if static else model
         )
         # Ids past the tokenizer's are padding rows of an embedding matrix: never draft them,
         # and give q the target's width so p and q line up.

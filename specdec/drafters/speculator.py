@@ -34,7 +34,7 @@ import torch
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
 from specdec.errors import InvalidParameterError
-from specdec.models.static_pass import StaticHeads
+from specdec.models.static_pass import StaticHeads, use_static_passes
 from specdec.speculator.tree import TokenTree, TreeDraft, select_paths
 
 
@@ -48,8 +48,8 @@ class SpeculatorDrafter(DrafterBase):
         n_candidates: int | None = None,
         sampled_tree: bool = True,
         learner=None,
-        static_passes: bool = False,
-        cuda_graphs: bool = False,
+        static_passes: bool | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.speculator = speculator
         self.learner = learner
@@ -77,7 +77,10 @@ class SpeculatorDrafter(DrafterBase):
         self.hidden = torch.zeros(max_batch, cfg.emb_dim, dtype=dtype, device=device)  # [B, E]
         self.last = torch.zeros(max_batch, dtype=torch.long, device=device)  # [B]
         self.rows = 0
-        self.static_passes, self.cuda_graphs = static_passes, cuda_graphs
+        # Static (graphs) by default on CUDA only, as the Engine's (`use_static_passes`).
+        self.static_passes, self.cuda_graphs = use_static_passes(
+            torch.device(device), static_passes, cuda_graphs
+        )
         self._static: StaticHeads | None = None
 
     def admit(self, histories: Sequence[Sequence[int]]) -> None:
