@@ -22,7 +22,7 @@ import torch
 from specdec.acceptors import Draft, RejectionSampler
 from specdec.config import SamplingParams
 from specdec.cost_model import CostModel
-from specdec.models.static_pass import StaticPasses
+from specdec.models.static_pass import StaticPasses, use_static_passes
 from specdec.sampling import make_generator, param_tensors, probs_from_logits, request_probs, sample
 
 WARMUP = 2  # unmeasured passes first: the first calls of a shape are slower
@@ -51,8 +51,9 @@ def forward_seconds(
     as an engine with those options runs them."""
     cache = model.new_cache(rows, context + max(widths) + 1)
     forward = model
-    if static_passes:
-        forward = StaticPasses(model, cache, rows, max(widths), graphs=cuda_graphs)
+    static, graphs = use_static_passes(model.device, static_passes, cuda_graphs)
+    if static:
+        forward = StaticPasses(model, cache, rows, max(widths), graphs=graphs)
     cache.advance(torch.full((rows,), context, dtype=torch.long), slice(0, rows))
     start = cache.lengths[:rows].clone()
     vocab_limit = min(1000, model.config.vocab_size)
