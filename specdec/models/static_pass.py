@@ -34,6 +34,7 @@ because drafters may keep it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -44,6 +45,14 @@ from specdec.models.transformer import ForwardOutput, Transformer
 
 WARMUP_RUNS = 2  # eager runs on a side stream before capture (allocator, cuBLAS workspaces)
 MIN_SPAN = 256  # the smallest key span bucket: below it attention is a rounding error
+_captured_s = 0.0  # seconds this process spent warming up and capturing graphs
+
+
+def capture_seconds() -> float:
+    """Seconds spent so far (in this process) warming up and capturing CUDA graphs. A
+    bucket is captured inside the step that first needs it; the engine takes the
+    difference out of that step's timings, so `auto` prices replays, not captures."""
+    return _captured_s
 
 
 def bucket_sizes(limit: int, smallest: int = 1) -> tuple[int, ...]:
@@ -194,8 +203,13 @@ class Replay:
 
     def __init__(self, fn: Callable[[], object], graphs: bool, pool=None) -> None:
         self.fn, self.graph, self.outputs = fn, None, None
-        if not graphs:
-            return
+        if graphs:
+            started = time.perf_counter()
+            self._capture(fn, pool)
+            global _captured_s
+            _captured_s += time.perf_counter() - started
+
+    def _capture(self, fn: Callable[[], object], pool) -> None:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -205,6 +219,7 @@ class Replay:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=pool):
             self.outputs = fn()
+        torch.cuda.synchronize()  # the capture's cost lands here, not in the next step
 
     @property
     def pool(self):

@@ -10,6 +10,7 @@ from specdec.models.static_pass import (
     StaticHeads,
     StaticPasses,
     bucket_sizes,
+    capture_seconds,
     pick,
     static_mask,
     use_static_passes,
@@ -242,3 +243,14 @@ def test_cost_measurements_time_the_static_passes(model):
     assert set(times) == {1, 3} and all(t > 0 for t in times.values())
     costs = measure_costs(model, model, 2, 10, (0, 2), repeats=1, static_passes=True)
     assert costs["c"] > 0 and set(costs["v"]) == {"0", "2"}
+
+
+@torch.inference_mode()
+def test_nothing_is_captured_on_the_cpu(model):
+    """The eager static path never captures, so the engine's step timings are untouched."""
+    before = capture_seconds()
+    cache = model.new_cache(2, MAX_LEN)
+    passes = StaticPasses(model, cache, 2, 2)
+    passes(torch.tensor([[1, 2], [3, 4]]), cache)
+    assert all(replay.graph is None for _, replay in passes._passes.values())
+    assert capture_seconds() == before
