@@ -258,6 +258,10 @@ class StaticPasses:
         self.token_sizes = bucket_sizes(max_tokens)
         self.span_sizes = bucket_sizes(cache.max_len, min(min_span, cache.max_len))
         self._passes: dict[Bucket, tuple[PassBuffers, Replay]] = {}
+        # Output tensors per (rows, tokens, logits), shared by every span bucket: a
+        # verify's fp32 logits are the largest tensor of a pass (32 x 9 x 152k: 175 MB),
+        # and keeping one set per captured graph would multiply that by the spans.
+        self._outputs: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._pool = None
 
     def bucket(self, rows: int, tokens: int, span: int, logits: int) -> Bucket:
@@ -321,7 +325,16 @@ class StaticPasses:
         hidden = model.run_layers(
             b.tokens, self.cache, rows, cos, sin, (b.rows, b.slots), bucket.span, mask
         )
-        return model.head(hidden, b.logits_at), hidden
+        logits = model.head(hidden, b.logits_at)
+        if not self.graphs:
+            return logits, hidden
+        key = (bucket.rows, bucket.tokens, bucket.logits)
+        if key not in self._outputs:  # allocated in a warm-up run: outside the graphs
+            self._outputs[key] = torch.empty_like(logits), torch.empty_like(hidden)
+        out_logits, out_hidden = self._outputs[key]
+        out_logits.copy_(logits)
+        out_hidden.copy_(hidden)
+        return out_logits, out_hidden
 
 
 class StaticHeads:

@@ -7,6 +7,7 @@ import torch
 
 from specdec.models.static_pass import (
     Bucket,
+    PassBuffers,
     StaticHeads,
     StaticPasses,
     bucket_sizes,
@@ -254,3 +255,19 @@ def test_nothing_is_captured_on_the_cpu(model):
     passes(torch.tensor([[1, 2], [3, 4]]), cache)
     assert all(replay.graph is None for _, replay in passes._passes.values())
     assert capture_seconds() == before
+
+
+@torch.inference_mode()
+def test_graph_outputs_are_shared_across_spans(model):
+    """With graphs, a pass writes its outputs into tensors kept per (rows, tokens,
+    logits), shared by every span bucket (checked here on `_forward` directly, which a
+    CUDA graph captures): the logits of a verify are too large to keep one per graph."""
+    cache = model.new_cache(2, MAX_LEN)
+    passes = StaticPasses(model, cache, 2, 2, min_span=16)
+    passes.graphs = True  # what a CUDA graph would capture; no capture on the CPU
+    outs = []
+    for span in (16, 32):
+        buffers = PassBuffers(Bucket(2, 2, span, 0), model.device, cache.scratch_slot)
+        outs.append(passes._forward(buffers))
+    assert outs[0][0] is outs[1][0] and outs[0][1] is outs[1][1]
+    assert outs[0][0].shape == (2, 2, model.config.vocab_size)
