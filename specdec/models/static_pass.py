@@ -27,9 +27,9 @@ after; elsewhere the same buffers run the same pass eagerly, which is what CPU t
 `StaticHeads` does the same for speculator heads' drafting (`MLPSpeculator.propose_*`),
 which reads the drafter's own preallocated `hidden [B, E]` / `last [B]` rows in place.
 
-Outputs are views of per-bucket tensors: valid until the next call of the same object (on
-CUDA, graphs share one pool, so any bucket's replay may overwrite them); `hidden` is cloned
-because drafters may keep it.
+Outputs are views of the pass's tensors, valid until the next call of the same object
+(with graphs, the span buckets of one (rows, tokens) write the same output tensors);
+`hidden` is cloned because drafters may keep it.
 """
 
 from __future__ import annotations
