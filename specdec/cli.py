@@ -70,6 +70,11 @@ def _model_args(p) -> None:
     p.add_argument(
         "--learn-heads", type=int, default=3, help="heads of untrained --learn heads (default 3)"
     )
+    p.add_argument(
+        "--no-cuda-graphs",
+        action="store_true",
+        help="on a GPU, run every pass eagerly instead of replaying CUDA graphs",
+    )
 
 
 def _generate_args(sub) -> None:
@@ -295,6 +300,7 @@ def _load(args, **engine_args):
         learn=args.learn,
         learn_config=_learn_config(args),
         learn_heads=args.learn_heads,
+        cuda_graphs=not args.no_cuda_graphs,
         **engine_args,
     )
 

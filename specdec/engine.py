@@ -25,6 +25,7 @@ from specdec.drafters.base import Drafter, PassStates
 from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.metrics import SpecStats
 from specdec.models.kv_cache import KVCache
+from specdec.models.static_pass import StaticPasses, capture_seconds, use_static_passes
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import make_generator, request_probs
 from specdec.speculator.tree import TreeDraft, TreeWalkSampler
@@ -128,6 +129,12 @@ class Engine:
     A drafter may propose a candidate tree (`TreeDraft`) instead of a chain: the engine
     then verifies every node in one pass (`_verify_tree`); `max_tree_nodes` (the drafter's
     `max_nodes`) reserves cache room for the widest tree.
+
+    `static_passes` runs the target's decode and verify passes through fixed-shape,
+    bucketed passes over preallocated buffers (`specdec.models.static_pass`), and
+    `cuda_graphs` captures them as CUDA graphs. Both default to on for a CUDA model and
+    off on the CPU, where the eager pass is unchanged (`cuda_graphs` is ignored there;
+    `static_passes=True` runs the buffered path eagerly, which is how CPU tests check it).
     """
 
     def __init__(
@@ -142,6 +149,8 @@ class Engine:
         max_len: int | None = None,
         max_tree_nodes: int = 0,
         tree_acceptor=None,
+        static_passes: bool | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
@@ -181,6 +190,12 @@ class Engine:
         self._cache: KVCache | None = None
         self._drafter: Drafter | None = None
         self.last_window = 0  # k of the latest step, for monitoring
+        self.static_passes, self.cuda_graphs = use_static_passes(
+            model.device, static_passes, cuda_graphs
+        )
+        # The target's decode/verify pass: the model itself, or `StaticPasses` over the
+        # current cache (chosen once per cache, in `_ensure_cache`).
+        self._target = model
 
     @property
     def context_length(self) -> int:
@@ -235,6 +250,7 @@ class Engine:
         self.live.clear()
         self.waiting.clear()
         self._cache = self._drafter = None
+        self._target = self.model
 
     def abort(self, seq: LiveSequence) -> None:
         """Stop a request (a client went away); its row is freed at the next step."""
@@ -339,7 +355,12 @@ class Engine:
         if cache is not None and cache.max_batch >= rows and cache.max_len >= length:
             return
         self._cache = self._drafter = None  # free the old memory first
+        self._target = self.model
         self._cache = self.model.new_cache(rows, length)
+        if self.static_passes:
+            self._target = StaticPasses(
+                self.model, self._cache, rows, self.headroom - 1, graphs=self.cuda_graphs
+            )
         if self.drafter_factory is not None:
             self._drafter = self.drafter_factory(rows, length)
             # A draft model's catch-up is priced from the target's prefill until timed.
@@ -371,6 +392,8 @@ class Engine:
         else:
             k = self.window.choose(B)
         self.last_window = k
+        # Graph captures (a bucket's first use) are one-offs: not the cost of a step.
+        captures = [capture_seconds()]
         t0 = time.perf_counter()
         catch_up_s = 0.0
         if drafter is None:
@@ -401,6 +424,7 @@ class Engine:
                     lengths=torch.minimum(draft.lengths.cpu(), cap),
                 )
         t1 = time.perf_counter()
+        captures.append(capture_seconds())
         # Verify: the last committed token and the draft in one target pass; accept; roll
         # the cache back to the last committed token and the accepted drafts.
         if isinstance(draft, TreeDraft):
@@ -414,6 +438,7 @@ class Engine:
             drafter.observe_pass(states)  # not in Algorithm 1: the target's kept states
         emitted = verdict.tokens.tolist()  # the one host sync of the step
         now = time.perf_counter()
+        captures.append(capture_seconds())
         lengths = draft.lengths.tolist()
         for seq, row, n, drafted in zip(live, emitted, accepted.tolist(), lengths, strict=True):
             before = len(seq.output_ids)
@@ -425,8 +450,9 @@ class Engine:
             # Draft tokens past the end (EOS, a stop string) were accepted but never kept.
             seq.stats.record_step(drafted, min(n, out))
             seq.trace.append((drafted, min(n, out), out))
-        draft_s = t1 - t0 - catch_up_s
-        self.window.observe(B, k, now - t1, draft_s, *_conditional_counts(accepted, draft))
+        draft_s = t1 - t0 - catch_up_s - (captures[1] - captures[0])
+        verify_s = now - t1 - (captures[2] - captures[1])
+        self.window.observe(B, k, verify_s, draft_s, *_conditional_counts(accepted, draft))
 
     def _verify_chain(self, live, cache, draft, params, generators):
         """k+1 positions per row in one pass; returns the verdict and the kept positions'
@@ -434,7 +460,7 @@ class Engine:
         B, device = len(live), self.model.device
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
         start = cache.lengths[:B].clone()
-        out = self.model(
+        out = self._target(
             torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
         )
         target_probs = request_probs(out.logits, params)  # [B, k+1, V]
@@ -454,7 +480,7 @@ class Engine:
         B, device = len(live), self.model.device
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
         start = cache.lengths[:B].clone()
-        out = self.model(
+        out = self._target(
             torch.cat([last, draft.tokens.to(device)], 1),
             cache,
             num_new=1 + draft.num_nodes,

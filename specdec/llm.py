@@ -39,6 +39,7 @@ from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.kernel_tuning import tune_kernels
 from specdec.models.loading import load_transformer
 from specdec.models.quant import QUANTS, quantize
+from specdec.models.static_pass import use_static_passes
 from specdec.speculator.model import is_speculator_dir, load_speculator
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
@@ -78,6 +79,11 @@ class LLM:
         directory without heads starts untrained ones (`learn_heads` of them, reusing the
         target's tables). `learn_config` (a LearnConfig) sets the budget and sizes;
         `learner` then holds the trainer and its metrics. Output stays lossless.
+    cuda_graphs: on a CUDA device (default on), the target's decode and verify passes,
+        the draft model's steps and the heads' drafting run as CUDA graphs captured per
+        bucket of (rows, tokens per row) (`specdec.models.static_pass`); False is the
+        eager fallback (`--no-cuda-graphs`). Ignored on the CPU, whose passes stay eager,
+        and under tensor parallelism (not captured yet).
     """
 
     @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others
@@ -102,6 +108,7 @@ class LLM:
         learn: bool = False,
         learn_config=None,
         learn_heads: int = 3,
+        cuda_graphs: bool = True,
     ) -> None:
         from specdec.models.registry import gguf_source, resolve
 
@@ -114,6 +121,12 @@ class LLM:
                 "use --draft-tp 1 with them"
             )
         self.draft_tp = draft_tp
+        static, graphs = use_static_passes(torch.device(device), None, cuda_graphs)
+        # Engine and drafter options, shared by every engine built on this LLM.
+        self.engine_options = {
+            "static_passes": static and self.tp is None,
+            "cuda_graphs": graphs and self.tp is None,
+        }
 
         window = build_window(
             speculate if speculate is not None else (0 if draft is None else "auto"), k_max
@@ -186,11 +199,18 @@ class LLM:
             window,
             max_len=max_len,
             max_tree_nodes=tree_nodes,
+            **self.engine_options,
         )
 
     def plain_engine(self) -> Engine:
         """The same target without speculation, for side-by-side comparisons."""
-        return Engine(self.model, self.tokenizer, self.eos_ids, self.engine.max_batch)
+        return Engine(
+            self.model,
+            self.tokenizer,
+            self.eos_ids,
+            self.engine.max_batch,
+            **self.engine_options,
+        )
 
     def _drafter_factory(self, draft: str, dtype: str, device: str, quant: str):
         if draft == "ngram":
@@ -207,6 +227,7 @@ class LLM:
                 tree=self.tree,
                 n_candidates=self.n_candidates,
                 learner=self.learner,
+                **self.engine_options,
             )
         from specdec.models.registry import gguf_source, resolve
 
@@ -219,7 +240,7 @@ class LLM:
         self.draft_model = _tuned(quantize(draft_model, quant, source))
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
         return lambda max_batch, max_len: DraftModelDrafter(
-            self.draft_model, vocab, tok_size, max_batch, max_len
+            self.draft_model, vocab, tok_size, max_batch, max_len, **self.engine_options
         )
 
     def encode(self, prompt: str, chat: bool = False) -> list[int]:

@@ -88,6 +88,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (under torchrun)")
     p.add_argument("--draft-tp", type=int, default=1, help="1 (replicated draft) or --tp")
+    p.add_argument(
+        "--no-cuda-graphs",
+        action="store_true",
+        help="on a GPU, run every pass eagerly instead of replaying CUDA graphs",
+    )
     p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
     p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
     p.add_argument(
@@ -167,6 +172,8 @@ def _run(args, leader: bool, tp) -> None:
         }
     if args.tp > 1:  # only then: folders measured before --tp existed still resume
         config |= {"tp": args.tp, "draft_tp": args.draft_tp}
+    if args.no_cuda_graphs:  # only then: folders measured before graphs existed still resume
+        config["cuda_graphs"] = False
     store = _open_store(out, config, tp)
     if args.merge and tp is not None:
         raise InvalidParameterError("--merge is for one process, not under --tp")
@@ -216,6 +223,7 @@ def _command(preset, args) -> str:
     words += ["--quick"] if args.quick else []
     words += ["--tp", str(args.tp)] if args.tp > 1 else []
     words += ["--draft-tp", str(args.draft_tp)] if args.draft_tp > 1 else []
+    words += ["--no-cuda-graphs"] if getattr(args, "no_cuda_graphs", False) else []
     words += ["--model", preset.model, "--draft", preset.draft, "--dtype", args.dtype]
     words += ["--device", args.device] if args.device != "cpu" else []
     words += ["--quant", args.quant] if args.quant != "none" else []
@@ -270,6 +278,7 @@ def _measure(
         heads_candidates=args.heads_candidates,
         tp=args.tp,
         draft_tp=args.draft_tp,
+        cuda_graphs=not args.no_cuda_graphs,
     )
     for point in _missing_costs(store):  # points measured before their costs were
         store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)

@@ -22,6 +22,7 @@ import torch
 from specdec.acceptors import Draft, RejectionSampler
 from specdec.config import SamplingParams
 from specdec.cost_model import CostModel
+from specdec.models.static_pass import StaticPasses, use_static_passes
 from specdec.sampling import make_generator, param_tensors, probs_from_logits, request_probs, sample
 
 WARMUP = 2  # unmeasured passes first: the first calls of a shape are slower
@@ -35,6 +36,8 @@ def forward_seconds(
     repeats: int = 3,
     work: Callable[[torch.Tensor], None] | None = None,
     clock: Callable[[], float] | None = None,
+    static_passes: bool = False,
+    cuda_graphs: bool = False,
 ) -> dict[int, float]:
     """{T: seconds of one pass of T tokens on each of `rows` rows after `context`
     committed positions} for every T in `widths` (logits at every position, as a verify
@@ -43,8 +46,14 @@ def forward_seconds(
     neighbour's busy spell slows them alike instead of one width's whole series (timed
     one width after the other, a plain step measured under load made wider passes look
     cheaper than a plain step). `work(logits)` runs inside the timing: what a step does
-    with the logits. `clock`: `cost_clock(model)` unless given."""
+    with the logits. `clock`: `cost_clock(model)` unless given. `static_passes` times the
+    engine's fixed-shape passes (`cuda_graphs`: replayed graphs, captured in the warm-up),
+    as an engine with those options runs them."""
     cache = model.new_cache(rows, context + max(widths) + 1)
+    forward = model
+    static, graphs = use_static_passes(model.device, static_passes, cuda_graphs)
+    if static:
+        forward = StaticPasses(model, cache, rows, max(widths), graphs=graphs)
     cache.advance(torch.full((rows,), context, dtype=torch.long), slice(0, rows))
     start = cache.lengths[:rows].clone()
     vocab_limit = min(1000, model.config.vocab_size)
@@ -60,7 +69,7 @@ def forward_seconds(
                 if model.device.type == "cuda":
                     torch.cuda.synchronize()
                 t0 = clock()
-                logits = model(tokens, cache).logits  # [rows, tokens_per_row, V]
+                logits = forward(tokens, cache).logits  # [rows, tokens_per_row, V]
                 if work is not None:
                     work(logits)
                 logits[:, -1, 0].tolist()  # the host sync of a real step
@@ -112,20 +121,32 @@ def _draft_work(rows: int, device) -> Callable[[torch.Tensor], None]:
 
 
 def measure_costs(
-    target, draft, rows: int, context: int, ks: tuple[int, ...], repeats: int = 5, heads=None
+    target,
+    draft,
+    rows: int,
+    context: int,
+    ks: tuple[int, ...],
+    repeats: int = 5,
+    heads=None,
+    static_passes: bool = False,
+    cuda_graphs: bool = False,
 ) -> dict:
     """{"verify_s": {k: s}, "draft_step_s", "c", "v": {k: verify(k) / verify(0)}}, keys as
     strings so the dict survives JSON. `draft` None: a free drafter (c = 0). With
-    speculator `heads`, also their cost per drafted token ("heads_step_s", "heads_c")."""
+    speculator `heads`, also their cost per drafted token ("heads_step_s", "heads_c").
+    `static_passes` / `cuda_graphs`: time the passes the engine runs with those options."""
+    passes = {"static_passes": static_passes, "cuda_graphs": cuda_graphs}
     ks = tuple(sorted(set(ks) | {0}))
     clock = cost_clock(target)  # the draft's too: c is a ratio of the two
     vwork = _verify_work(rows, target.device)
-    widths = forward_seconds(target, rows, tuple(k + 1 for k in ks), context, repeats, vwork, clock)
+    widths = forward_seconds(
+        target, rows, tuple(k + 1 for k in ks), context, repeats, vwork, clock, **passes
+    )
     verify = {k: widths[k + 1] for k in ks}
     draft_s = 0.0
     if draft is not None:
         dwork = _draft_work(rows, draft.device)
-        draft_s = forward_seconds(draft, rows, (1,), context, repeats, dwork, clock)[1]
+        draft_s = forward_seconds(draft, rows, (1,), context, repeats, dwork, clock, **passes)[1]
     return {
         "rows": rows,
         "context": context,

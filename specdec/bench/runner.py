@@ -76,6 +76,7 @@ class Runner:
         heads_candidates: int | None = None,
         tp: int = 1,
         draft_tp: int = 1,
+        cuda_graphs: bool = True,
     ) -> None:
         self.model_name, self.draft_name = model, draft
         self.dtype, self.device, self.k_max = dtype, device, k_max
@@ -93,6 +94,7 @@ class Runner:
             device=device,
             tp=tp,
             draft_tp=draft_tp,
+            cuda_graphs=cuda_graphs,
         )
         # Trained speculator heads on the same target (the heads-* methods), beside --draft.
         self.speculator = None
@@ -153,9 +155,16 @@ class Runner:
         context = round(statistics.mean(len(p) for p in prompts)) + self.max_tokens // 2
         context = min(context, self.llm.model.config.max_position_embeddings - max(ks) - 2)
         draft = getattr(self.llm, "draft_model", None)
-        return self._rank0s(
-            measure_costs(self.llm.model, draft, point.batch, context, ks, heads=self.speculator)
+        measured = measure_costs(
+            self.llm.model,
+            draft,
+            point.batch,
+            context,
+            ks,
+            heads=self.speculator,
+            **self.llm.engine_options,
         )
+        return self._rank0s(measured)
 
     def _rank0s(self, measured: dict) -> dict:
         """Under tensor parallelism, rank 0's measurement on every rank (timings differ
@@ -235,6 +244,7 @@ class Runner:
             acceptor,
             window,
             max_tree_nodes=tree_nodes,
+            **llm.engine_options,
         )
 
     def _heads(self, point: Point):
@@ -255,7 +265,12 @@ class Runner:
 
         def factory(max_batch: int, max_len: int) -> SpeculatorDrafter:
             return SpeculatorDrafter(
-                spec, max_batch, device, tree=tree, n_candidates=self.heads_candidates
+                spec,
+                max_batch,
+                device,
+                tree=tree,
+                n_candidates=self.heads_candidates,
+                **self.llm.engine_options,
             )
 
         if tree is not None:

@@ -11,6 +11,10 @@ The first step with k > 0 catches the rows up (`_catch_up`): one ragged pass ove
 rows whose pending history is long, feeding all but its last token, which the step's
 first draft forward then takes like any other. `--speculate auto` prices that pass before
 it starts (`catch_up_tokens`, `last_catch_up`).
+
+With `static_passes` the draft steps (one or two tokens per row, then one) run through
+`specdec.models.static_pass.StaticPasses` over this drafter's cache, captured as CUDA
+graphs with `cuda_graphs`; the catch-up pass (long, rare, not at row 0) stays eager.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
 from specdec.errors import TokenizerMismatchError
+from specdec.models.static_pass import StaticPasses, use_static_passes
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import param_tensors, probs_from_logits, sample
 
@@ -52,9 +57,17 @@ class DraftModelDrafter(DrafterBase):
         tokenizer_size: int,
         max_batch: int,
         max_len: int,
+        static_passes: bool | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.model = model
         self.cache = model.new_cache(max_batch, max_len)
+        # The draft steps' forward: at most two new tokens per row (the pending ones).
+        # Static (graphs) by default on CUDA only, as the Engine's (`use_static_passes`).
+        static, graphs = use_static_passes(model.device, static_passes, cuda_graphs)
+        self._forward = (
+            StaticPasses(model, self.cache, max_batch, 2, graphs=graphs) if static else model
+        )
         # Ids past the tokenizer's are padding rows of an embedding matrix: never draft them,
         # and give q the target's width so p and q line up.
         self.usable_vocab = min(tokenizer_size, model.config.vocab_size, target_vocab_size)
@@ -120,7 +133,7 @@ class DraftModelDrafter(DrafterBase):
         tokens, fed = right_pad(self.pending, device)
         temps = param_tensors(params, device)
         greedy = [p.greedy for p in params]
-        out = self.model(tokens, self.cache, num_new=fed, logits_at=(fed - 1)[:, None])
+        out = self._forward(tokens, self.cache, num_new=fed, logits_at=(fed - 1)[:, None])
         logits = out.logits[:, 0]
         drafted, qs = [], []
         for i in range(k):
@@ -128,7 +141,7 @@ class DraftModelDrafter(DrafterBase):
             drafted.append(sample(q, generators, greedy))
             qs.append(q)
             if i < k - 1:
-                logits = self.model(drafted[-1][:, None], self.cache).logits[:, 0]
+                logits = self._forward(drafted[-1][:, None], self.cache).logits[:, 0]
         self._draft = torch.stack(drafted, 1)  # [B, k]
         return Draft(self._draft, torch.stack(qs, 1), torch.full((B,), k, dtype=torch.long))
 

@@ -18,6 +18,10 @@ With a `learner` (`specdec.speculator.online.OnlineLearner`) the drafter also re
 target's kept states and tokens of its rows for the learner, reports how many of its
 drafts were kept, and proposes with the learner's newest heads, taken once at the start of
 each proposal (the swap: a step drafts with one version throughout).
+
+With `static_passes` the heads draft through `specdec.models.static_pass.StaticHeads`
+(bucketed by rows over this drafter's own `hidden`/`last` tensors; CUDA graphs with
+`cuda_graphs`, recaptured when the learner swaps in new heads).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import torch
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
 from specdec.errors import InvalidParameterError
+from specdec.models.static_pass import StaticHeads, use_static_passes
 from specdec.speculator.tree import TokenTree, TreeDraft, select_paths
 
 
@@ -43,6 +48,8 @@ class SpeculatorDrafter(DrafterBase):
         n_candidates: int | None = None,
         sampled_tree: bool = True,
         learner=None,
+        static_passes: bool | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.speculator = speculator
         self.learner = learner
@@ -70,6 +77,11 @@ class SpeculatorDrafter(DrafterBase):
         self.hidden = torch.zeros(max_batch, cfg.emb_dim, dtype=dtype, device=device)  # [B, E]
         self.last = torch.zeros(max_batch, dtype=torch.long, device=device)  # [B]
         self.rows = 0
+        # Static (graphs) by default on CUDA only, as the Engine's (`use_static_passes`).
+        self.static_passes, self.cuda_graphs = use_static_passes(
+            torch.device(device), static_passes, cuda_graphs
+        )
+        self._static: StaticHeads | None = None
 
     def admit(self, histories: Sequence[Sequence[int]]) -> None:
         """New rows; their hidden states arrive through `observe(hidden, first_row)`."""
@@ -102,6 +114,8 @@ class SpeculatorDrafter(DrafterBase):
     def propose(self, k, params, generators) -> Draft | TreeDraft:
         if self.learner is not None:
             self.speculator = self.learner.current  # the swap, between steps
+        if self.static_passes and getattr(self._static, "speculator", None) is not self.speculator:
+            self._static = StaticHeads(self.speculator, self.hidden, self.last, self.cuda_graphs)
         n = min(k, self.n_predict)
         self._drafted = n
         B = self.rows
@@ -109,13 +123,19 @@ class SpeculatorDrafter(DrafterBase):
             return Draft.empty(B, self.hidden.device)
         if self.tree is not None:
             return self._propose_tree(n, params)
-        tokens = self.speculator.propose_greedy(self.hidden[:B], self.last[:B], n)  # [B, n]
+        if self._static is not None:
+            tokens = self._static.propose_greedy(B, n)  # [B, n]
+        else:
+            tokens = self.speculator.propose_greedy(self.hidden[:B], self.last[:B], n)
         return Draft(tokens, None, torch.full((B,), n, dtype=torch.long))
 
     def _propose_tree(self, n: int, params) -> TreeDraft:
         topk = self.tree[:n]
         B = self.rows
-        paths, scores = self.speculator.propose_tree(self.hidden[:B], self.last[:B], topk)
+        if self._static is not None:
+            paths, scores = self._static.propose_tree(B, topk)
+        else:
+            paths, scores = self.speculator.propose_tree(self.hidden[:B], self.last[:B], topk)
         paths, scores = paths.cpu(), scores.cpu()
         trees = []
         for b in range(B):

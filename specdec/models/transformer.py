@@ -230,18 +230,39 @@ class Transformer(nn.Module):
         if mask is not None:
             mask = mask.to(device, non_blocking=True)
 
+        hidden = self.run_layers(tokens, cache, rows, cos, sin, write, span, mask)  # [B, T, H]
+        cache.advance(num_new, rows)
+        index = None if logits_at is None else logits_at.to(device)
+        return ForwardOutput(logits=self.head(hidden, index), hidden=hidden)
+
+    def run_layers(
+        self,
+        tokens: torch.Tensor,  # [B, T]
+        cache: KVCache,
+        rows: slice,  # the cache rows of the batch
+        cos: torch.Tensor,  # [B, T, 1, D]
+        sin: torch.Tensor,  # [B, T, 1, D]
+        write: tuple[torch.Tensor, torch.Tensor],  # row index [B, 1], slot index [B, T]
+        span: int,
+        mask: torch.Tensor | None,  # [B, 1, T, span] bool
+    ) -> torch.Tensor:  # [B, T, H] final-normed
+        """The decoder stack on prepared positions, write slots and mask: shared by
+        `forward` and the fixed-shape passes of `specdec.models.static_pass`, which build
+        those inputs on the device from preallocated buffers."""
         x = self.embed_tokens(tokens)
         for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
             x = layer(x, cos, sin, k_cache[rows], v_cache[rows], write, span, mask)
-        hidden = self.norm(x)  # [B, T, H]
-        cache.advance(num_new, rows)
+        return self.norm(x)
 
+    def head(self, hidden: torch.Tensor, logits_at: torch.Tensor | None) -> torch.Tensor:
+        """float32 logits `[B, n, V]` at positions `logits_at [B, n]` (on the device) of
+        `hidden [B, T, H]`, or at every position when None."""
         if logits_at is None:
             picked = hidden
         else:
-            index = logits_at.to(device)[..., None].expand(-1, -1, hidden.shape[-1])
+            index = logits_at[..., None].expand(-1, -1, hidden.shape[-1])
             picked = hidden.gather(1, index)  # [B, n, H]
-        return ForwardOutput(logits=self.lm_head(picked).float(), hidden=hidden)
+        return self.lm_head(picked).float()
 
     def _attention_mask(
         self, lengths: torch.Tensor, positions: torch.Tensor, span: int, ragged: bool

@@ -235,3 +235,33 @@ def test_models_list(monkeypatch, tmp_path, capsys):
 def test_models_pull_unknown_name(capsys):
     code, _, err = _run(capsys, "models", "pull", "no-such-model")
     assert code == 2 and "no-such-model" in err
+
+
+@pytest.mark.parametrize("command", ["generate", "serve", "bench"])
+def test_no_cuda_graphs_flag_parses(command):
+    from specdec.cli import build_parser
+
+    argv = {"generate": ["--model", "m", "p"], "serve": ["--model", "m"], "bench": []}[command]
+    args = build_parser().parse_args([command, *argv, "--no-cuda-graphs"])
+    assert args.no_cuda_graphs is True
+    assert build_parser().parse_args([command, *argv]).no_cuda_graphs is False
+
+
+def test_no_cuda_graphs_is_ignored_on_the_cpu(model_dir, capsys):
+    """On the CPU the passes are eager either way: the same output, flag or not."""
+    outs = []
+    for extra in ([], ["--no-cuda-graphs"]):
+        argv = ["generate", "--model", str(model_dir), "--dtype", "fp32", "--json"]
+        code, out, _ = _run(capsys, *argv, "--max-tokens", "5", "--ignore-eos", *extra, "ab")
+        assert code == 0
+        outs.append(json.loads(out)["token_ids"])
+    assert outs[0] == outs[1]
+
+
+def test_llm_engine_options_are_eager_on_the_cpu(model_dir):
+    from specdec.llm import LLM
+
+    llm = LLM(str(model_dir), dtype="fp32", draft="ngram", speculate=2)
+    assert llm.engine_options == {"static_passes": False, "cuda_graphs": False}
+    assert llm.engine._target is llm.model or llm.engine._cache is None
+    assert not llm.engine.static_passes and not llm.plain_engine().static_passes

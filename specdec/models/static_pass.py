@@ -1,0 +1,383 @@
+"""Fixed-shape decode and verify passes: preallocated inputs, buckets, CUDA graphs.
+
+Why: on a GPU the eager pass is host-bound (docs/BENCHMARKS.md, "On a GPU": ~1100 kernel
+launches, 3.3 ms of kernels in 35.8 ms of wall time). A CUDA graph replays a captured pass
+with one launch, but only over the shapes and memory addresses it was captured with. So:
+
+- a call's (rows, tokens per row) is padded up to a **bucket** (`Bucket`, `pick`); the
+  keys attended are the cache positions `[0, span)` with `span` bucketed too (cost grows
+  with the context, not with the cache's `max_len`);
+- every input that changes between steps (token ids, RoPE positions, cache write slots,
+  committed lengths, new-token counts, the tree's visibility, logit positions) lives in
+  one preallocated tensor per bucket, updated in place with `copy_` (`PassBuffers`);
+- the attention mask, RoPE tables and write indices are computed *inside* the pass from
+  those buffers (`static_mask`), so nothing in it depends on a value read on the host.
+
+Padding is inert: padding tokens (t >= num_new of a row) and padding rows (the cache's
+free rows past the batch, whose `num_new` is 0) write their keys/values to the cache's
+scratch slot, which no query attends (spans stop short of it), and a padding query attends
+to key 0 only, so it never makes a NaN that could reach the cache.
+
+`StaticPasses` is called like `Transformer.forward` for batches starting at cache row 0
+(decode, verify, tree verify, a draft model's step); prefills stay eager. On CUDA (with
+`graphs=True`) each bucket is captured once, lazily, on its first call (warm-up on a side
+stream, then `torch.cuda.CUDAGraph` capture into one shared memory pool) and replayed
+after; elsewhere the same buffers run the same pass eagerly, which is what CPU tests check.
+
+`StaticHeads` does the same for speculator heads' drafting (`MLPSpeculator.propose_*`),
+which reads the drafter's own preallocated `hidden [B, E]` / `last [B]` rows in place.
+
+Outputs are views of the pass's tensors, valid until the next call of the same object
+(with graphs, the span buckets of one (rows, tokens) write the same output tensors);
+`hidden` is cloned because drafters may keep it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from specdec.models.kv_cache import KVCache
+from specdec.models.transformer import ForwardOutput, Transformer
+
+WARMUP_RUNS = 2  # eager runs on a side stream before capture (allocator, cuBLAS workspaces)
+MIN_SPAN = 256  # the smallest key span bucket: below it attention is a rounding error
+_captured_s = 0.0  # seconds this process spent warming up and capturing graphs
+
+
+def capture_seconds() -> float:
+    """Seconds spent so far (in this process) warming up and capturing CUDA graphs. A
+    bucket is captured inside the step that first needs it; the engine takes the
+    difference out of that step's timings, so `auto` prices replays, not captures."""
+    return _captured_s
+
+
+def bucket_sizes(limit: int, smallest: int = 1) -> tuple[int, ...]:
+    """Powers of two from `smallest` below `limit`, then `limit` itself: (1, 2, 4, 6) for 6.
+    A padded call wastes less than half its work; the last bucket is exactly the limit,
+    so nothing larger than the cache's rows (or length) is ever needed."""
+    sizes, size = [], smallest
+    while size < limit:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, limit)
+
+
+def pick(sizes: tuple[int, ...], n: int) -> int:
+    """The smallest bucket holding `n`."""
+    for size in sizes:
+        if n <= size:
+            return size
+    raise ValueError(f"{n} exceeds the largest bucket ({sizes[-1]})")
+
+
+def use_static_passes(
+    device: torch.device, static_passes: bool | None, cuda_graphs: bool | None
+) -> tuple[bool, bool]:
+    """(static passes, CUDA graphs) for a model on `device`: both on by default on CUDA,
+    off on the CPU (where `cuda_graphs` is ignored and the eager pass stays as it was);
+    `static_passes=True` alone runs the buffered passes eagerly (the CPU tests' way),
+    `cuda_graphs=False` is the eager fallback (`--no-cuda-graphs`)."""
+    on_cuda = torch.device(device).type == "cuda"
+    graphs = on_cuda and cuda_graphs is not False
+    static = graphs if static_passes is None else static_passes
+    return static, graphs and static
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The fixed shape of one captured pass."""
+
+    rows: int  # R: batch rows (cache rows 0..R-1)
+    tokens: int  # T: new tokens per row
+    span: int  # S: cache positions attended, [0, S)
+    logits: int  # n: logit positions per row; 0 = every one of the T
+
+
+class PassBuffers:
+    """The inputs of one bucket's pass, preallocated on the device and updated in place.
+
+    `fill` writes a call's values (padding everything past it); `idle` makes every row and
+    token padding, which is what warm-up and capture run on (their writes go to scratch).
+    """
+
+    def __init__(self, bucket: Bucket, device: torch.device, scratch_slot: int) -> None:
+        R, T, n = bucket.rows, bucket.tokens, bucket.logits
+
+        def longs(*shape: int) -> torch.Tensor:
+            return torch.zeros(shape, dtype=torch.long, device=device)
+
+        self.bucket, self.scratch_slot = bucket, scratch_slot
+        self.tokens = longs(R, T)  # [R, T] token ids
+        self.offsets = longs(R, T)  # [R, T] position offsets from the row's length
+        self.slots = longs(R, T)  # [R, T] cache slot each new token writes
+        self.lengths = longs(R)  # [R] committed tokens before the pass
+        self.num_new = longs(R)  # [R] real new tokens (0 for padding rows)
+        self.visible = torch.zeros(R, T, T, dtype=torch.bool, device=device)  # [R, T, T]
+        self.logits_at = longs(R, n) if n else None  # [R, n]
+        self.rows = torch.arange(R, device=device)[:, None]  # [R, 1] constant
+        self.idle()
+
+    def idle(self) -> None:
+        """Every token padding: all writes to the scratch slot."""
+        self.lengths.zero_()
+        self.num_new.zero_()
+        self.slots.fill_(self.scratch_slot)
+
+    def fill(
+        self,
+        tokens: torch.Tensor,  # [B, t] on the device
+        lengths: torch.Tensor,  # [B] host
+        num_new: torch.Tensor,  # [B] host
+        offsets: torch.Tensor,  # [B, t] host
+        visible: torch.Tensor,  # [B, t, t] host bool
+        logits_at: torch.Tensor | None,  # [B, n] (any device)
+    ) -> None:
+        """Copy one call into the buffers, padding rows and tokens past it. The host-side
+        values are assembled at the bucket's full shape first, so each buffer takes one
+        `copy_` (padding rows keep length 0 and write to scratch)."""
+        R, T = self.bucket.rows, self.bucket.tokens
+        B, t = tokens.shape
+        self.tokens[:B, :t].copy_(tokens)  # stale ids past t are valid ids: harmless
+        host_lengths = torch.zeros(R, dtype=torch.long)
+        host_lengths[:B] = lengths
+        host_new = torch.zeros(R, dtype=torch.long)
+        host_new[:B] = num_new
+        host_offsets = torch.arange(T).repeat(R, 1)  # [R, T]
+        host_offsets[:B, :t] = offsets
+        host_visible = torch.zeros(R, T, T, dtype=torch.bool)
+        host_visible[:B, :t, :t] = visible
+        steps = torch.arange(T)
+        slots = torch.where(  # [R, T]: real tokens at length + t, the rest to scratch
+            steps < host_new[:, None], host_lengths[:, None] + steps, self.scratch_slot
+        )
+        non_blocking = self.tokens.device.type == "cuda"
+        for buffer, value in (
+            (self.lengths, host_lengths),
+            (self.num_new, host_new),
+            (self.offsets, host_offsets),
+            (self.visible, host_visible),
+            (self.slots, slots),
+        ):
+            buffer.copy_(value, non_blocking=non_blocking)
+        if self.logits_at is not None:
+            self.logits_at.zero_()
+            self.logits_at[:B].copy_(logits_at)
+
+
+def static_mask(
+    lengths: torch.Tensor,  # [R] committed tokens
+    num_new: torch.Tensor,  # [R] real new tokens
+    offsets: torch.Tensor,  # [R, T] position offsets of the new tokens
+    visible: torch.Tensor,  # [R, T, T] bool: new token t sees new token j
+    span: int,
+    window: int | None,  # the sliding window in positions (None: none)
+) -> torch.Tensor:  # [R, 1, T, span] bool
+    """The attention mask of a pass, on the device, from fixed-shape tensors: the committed
+    prefix, plus the new tokens `visible` marks (stored at slots `lengths + j`, j < num_new);
+    the sliding window counts RoPE positions. A padding query (t >= num_new) sees key 0
+    only: a row with no visible key would make NaNs. `Transformer._tree_mask` is the same
+    rule over a host-sized span."""
+    R, T = offsets.shape
+    keys = torch.arange(span, device=lengths.device)[None, :]  # [1, S]
+    new = keys - lengths[:, None]  # [R, S]: index among the new tokens
+    is_new = (new >= 0) & (new < num_new[:, None])
+    index = new.clamp(0, T - 1)
+    tree = visible.gather(2, index[:, None, :].expand(-1, T, -1)) & is_new[:, None, :]
+    mask = (keys < lengths[:, None])[:, None, :] | tree  # [R, T, S]
+    if window is not None:
+        key_pos = torch.where(is_new, lengths[:, None] + offsets.gather(1, index), keys)
+        positions = lengths[:, None] + offsets  # [R, T]
+        mask &= key_pos[:, None, :] > positions[:, :, None] - window
+    real = torch.arange(T, device=lengths.device)[None, :] < num_new[:, None]  # [R, T]
+    mask = torch.where(real[:, :, None], mask, (keys == 0)[:, None, :])
+    return mask[:, None]
+
+
+class Replay:
+    """`fn()` over fixed buffers: run eagerly on every call, or captured once as a CUDA
+    graph (warm-up on a side stream, then capture into `pool`) and replayed."""
+
+    def __init__(self, fn: Callable[[], object], graphs: bool, pool=None) -> None:
+        self.fn, self.graph, self.outputs = fn, None, None
+        if graphs:
+            started = time.perf_counter()
+            self._capture(fn, pool)
+            global _captured_s
+            _captured_s += time.perf_counter() - started
+
+    def _capture(self, fn: Callable[[], object], pool) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(WARMUP_RUNS):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool):
+            self.outputs = fn()
+        torch.cuda.synchronize()  # the capture's cost lands here, not in the next step
+
+    @property
+    def pool(self):
+        return None if self.graph is None else self.graph.pool()
+
+    def __call__(self):
+        if self.graph is None:
+            return self.fn()
+        self.graph.replay()
+        return self.outputs
+
+
+class StaticPasses:
+    """`Transformer.forward` over one `KVCache` through fixed-shape, bucketed passes.
+
+    `max_rows` is the most rows a call takes (at most the cache's), `max_tokens` the most
+    new tokens per row (a verify pass: 1 + k_max, or 1 + a tree's nodes). `graphs=True`
+    (CUDA only) captures each bucket on first use; otherwise buffers run eagerly.
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        cache: KVCache,
+        max_rows: int,
+        max_tokens: int,
+        graphs: bool = False,
+        min_span: int = MIN_SPAN,
+    ) -> None:
+        if max_rows > cache.max_batch:
+            raise ValueError(f"max_rows {max_rows} exceeds the cache's {cache.max_batch} rows")
+        if graphs and model.device.type != "cuda":
+            raise ValueError("CUDA graphs need the model on a CUDA device")
+        self.model, self.cache, self.graphs = model, cache, graphs
+        self.row_sizes = bucket_sizes(max_rows)
+        self.token_sizes = bucket_sizes(max_tokens)
+        self.span_sizes = bucket_sizes(cache.max_len, min(min_span, cache.max_len))
+        self._passes: dict[Bucket, tuple[PassBuffers, Replay]] = {}
+        # Output tensors per (rows, tokens, logits), shared by every span bucket: a
+        # verify's fp32 logits are the largest tensor of a pass (32 x 9 x 152k: 175 MB),
+        # and keeping one set per captured graph would multiply that by the spans.
+        self._outputs: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._pool = None
+
+    def bucket(self, rows: int, tokens: int, span: int, logits: int) -> Bucket:
+        """The bucket a call of `rows` x `tokens` new tokens attending `span` keys takes."""
+        return Bucket(
+            pick(self.row_sizes, rows),
+            pick(self.token_sizes, tokens),
+            pick(self.span_sizes, span),
+            logits,
+        )
+
+    def __call__(
+        self,
+        tokens: torch.Tensor,  # [B, T] on the device
+        cache: KVCache,
+        num_new: torch.Tensor | None = None,  # [B] host
+        logits_at: torch.Tensor | None = None,  # [B, n]
+        first_row: int = 0,
+        tree: tuple[torch.Tensor, torch.Tensor] | None = None,  # [B, T], [B, T, T] host
+    ) -> ForwardOutput:
+        """`Transformer.forward`'s contract (see there), for batches at cache row 0."""
+        if cache is not self.cache or first_row != 0:
+            raise ValueError("static passes run on their own cache, from row 0")
+        B, T = tokens.shape
+        if num_new is None:
+            num_new = torch.full((B,), T, dtype=torch.long)
+        rows = slice(0, B)
+        cache.reserve(num_new, rows)
+        lengths = cache.lengths[rows].clone()  # [B] host
+        if tree is None:
+            offsets = torch.arange(T).repeat(B, 1)  # [B, T]
+            visible = torch.ones(T, T, dtype=torch.bool).tril().repeat(B, 1, 1)  # causal
+        else:
+            offsets, visible = tree
+        span = int((lengths + num_new).max())
+        n = 0 if logits_at is None else logits_at.shape[1]
+        buffers, replay = self._pass(self.bucket(B, T, span, n))
+        buffers.fill(tokens, lengths, num_new, offsets, visible, logits_at)
+        logits, hidden = replay()
+        cache.advance(num_new, rows)
+        logits = logits[:B] if n else logits[:B, :T]
+        return ForwardOutput(logits=logits, hidden=hidden[:B, :T].clone())
+
+    def _pass(self, bucket: Bucket) -> tuple[PassBuffers, Replay]:
+        """The bucket's buffers and pass, captured on its first call."""
+        if bucket not in self._passes:
+            buffers = PassBuffers(bucket, self.model.device, self.cache.scratch_slot)
+            replay = Replay(lambda: self._forward(buffers), self.graphs, self._pool)
+            self._pool = self._pool or replay.pool
+            self._passes[bucket] = buffers, replay
+        return self._passes[bucket]
+
+    def _forward(self, b: PassBuffers) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pass over the buffers: every shape fixed by the bucket, no host reads.
+        Returns logits `[R, n or T, V]` and hidden `[R, T, H]`."""
+        model, bucket = self.model, b.bucket
+        window = model.config.sliding_window
+        mask = static_mask(b.lengths, b.num_new, b.offsets, b.visible, bucket.span, window)
+        cos, sin = model._rope(b.lengths[:, None] + b.offsets)  # [R, T, 1, D]
+        rows = slice(0, bucket.rows)
+        hidden = model.run_layers(
+            b.tokens, self.cache, rows, cos, sin, (b.rows, b.slots), bucket.span, mask
+        )
+        logits = model.head(hidden, b.logits_at)
+        if not self.graphs:
+            return logits, hidden
+        key = (bucket.rows, bucket.tokens, bucket.logits)
+        if key not in self._outputs:  # allocated in a warm-up run: outside the graphs
+            self._outputs[key] = torch.empty_like(logits), torch.empty_like(hidden)
+        out_logits, out_hidden = self._outputs[key]
+        out_logits.copy_(logits)
+        out_hidden.copy_(hidden)
+        return out_logits, out_hidden
+
+
+class StaticHeads:
+    """Speculator heads' drafting over the drafter's preallocated rows, bucketed by rows.
+
+    `hidden [max_rows, E]` and `last [max_rows]` are the drafter's own state tensors,
+    updated in place between steps, so a pass reads rows `[0, R)` of them directly (rows
+    past the batch are stale but inert: heads treat rows independently)."""
+
+    def __init__(
+        self,
+        speculator,
+        hidden: torch.Tensor,
+        last: torch.Tensor,
+        graphs: bool = False,
+    ) -> None:
+        if graphs and hidden.device.type != "cuda":
+            raise ValueError("CUDA graphs need the heads on a CUDA device")
+        self.speculator, self.hidden, self.last, self.graphs = speculator, hidden, last, graphs
+        self.row_sizes = bucket_sizes(len(last))
+        self._passes: dict[tuple, Replay] = {}
+        self._pool = None
+
+    def propose_greedy(self, rows: int, n: int) -> torch.Tensor:  # [B, n]
+        R = pick(self.row_sizes, rows)
+        replay = self._replay(
+            ("chain", R, n),
+            lambda: self.speculator.propose_greedy(self.hidden[:R], self.last[:R], n),
+        )
+        return replay()[:rows].clone()
+
+    def propose_tree(self, rows: int, topk: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """`[B, P, n]` paths and `[B, P]` scores, as `MLPSpeculator.propose_tree`."""
+        R = pick(self.row_sizes, rows)
+        replay = self._replay(
+            ("tree", R, topk),
+            lambda: self.speculator.propose_tree(self.hidden[:R], self.last[:R], topk),
+        )
+        paths, scores = replay()
+        return paths[:rows].clone(), scores[:rows].clone()
+
+    def _replay(self, key: tuple, fn: Callable[[], object]) -> Replay:
+        if key not in self._passes:
+            self._passes[key] = Replay(fn, self.graphs, self._pool)
+            self._pool = self._pool or self._passes[key].pool
+        return self._passes[key]
