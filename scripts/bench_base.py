@@ -26,8 +26,10 @@ from specdec.bench.workloads import CODE_PROMPTS, sharegpt_prompts
 from specdec.config import SamplingParams
 from specdec.doctor import decode_bytes, read_bandwidth_gbs
 from specdec.llm import LLM
+from specdec.models.config import ModelConfig
 from specdec.models.kernel_tuning import machine
 from specdec.models.registry import gguf_source, resolve
+from specdec.tokenization import encode_prompt, load_tokenizer
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
 
@@ -128,9 +130,15 @@ def main() -> None:
             resolve(TARGET, "bf16"), dtype=torch.bfloat16
         ).eval()
         runners["hf"] = lambda ids: len(hf_greedy(hf, ids, args.tokens))
+    # Without a specdec engine in the run (a peer alone, in its own process), the tokenizer.
+    tokenizer = base.tokenizer if base else load_tokenizer(resolve(TARGET, "bf16"))
+
+    def encode(prompt: str, chat: bool) -> list[int]:
+        return encode_prompt(tokenizer, prompt, chat)
+
     workloads = {
-        "code": [base.encode(p, chat=True) for p in CODE_PROMPTS[: args.prompts]],
-        "chat": [base.encode(p, chat=True) for p in sharegpt_prompts(args.prompts, seed=1)],
+        "code": [encode(p, chat=True) for p in CODE_PROMPTS[: args.prompts]],
+        "chat": [encode(p, chat=True) for p in sharegpt_prompts(args.prompts, seed=1)],
     }
     with torch.inference_mode():
         for run in runners.values():  # warm-up
@@ -150,7 +158,7 @@ def main() -> None:
                 print(repeat, w, {m: round(v[-1], 2) for m, v in results[w].items()}, flush=True)
 
     bandwidth = read_bandwidth_gbs()
-    bound = bandwidth * 1e9 / decode_bytes(base.model.config)
+    bound = bandwidth * 1e9 / decode_bytes(ModelConfig.from_dir(resolve(TARGET, "bf16")))
     table = {
         w: {m: round(statistics.median(v), 2) for m, v in r.items()} for w, r in results.items()
     }
