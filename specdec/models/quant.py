@@ -169,10 +169,18 @@ def q4_reference(x: torch.Tensor, weights: Q4Weights) -> torch.Tensor:
     return (terms * dx.double()[:, None, :]).sum(-1).float()
 
 
+def _q4_bias(layer) -> torch.Tensor | None:  # the kernel adds an fp32 bias before rounding
+    return None if layer.bias is None else layer.bias.detach().float().contiguous()
+
+
 def _q4_native(layer, fmt, x):
-    w = layer.q4
-    out = native.q4_gemv()(x.float(), w.qs, w.sc, w.mn, w.d, w.dmin)
-    return (out if layer.bias is None else out + layer.bias.float()).to(x.dtype)
+    """The native kernel takes bf16 or fp32 activations, adds the bias and returns x's dtype
+    (one call per layer: the Python-side casts cost more than the product on small layers)."""
+    bias = fmt if fmt is not None else _q4_bias(layer)
+    if x.dtype in (torch.float32, torch.bfloat16):
+        return native.q4_gemv()(x, layer.qs, layer.sc, layer.mn, layer.d, layer.dmin, bias)
+    out = native.q4_gemv()(x.float(), layer.qs, layer.sc, layer.mn, layer.d, layer.dmin, bias)
+    return out.to(x.dtype)
 
 
 def _torch_int4_pack(layer):
@@ -223,7 +231,7 @@ class Int4Linear(_QuantLinear):
     def kernels(self) -> dict[str, Kernel]:
         packed = {}
         if native.q4_gemv() is not None:
-            packed["q4_native"] = Kernel(None, _q4_native, lambda layer: True)
+            packed["q4_native"] = Kernel(_q4_bias, _q4_native, lambda layer: True)
         if self.out_features % 16 == 0:
             packed["int4"] = Kernel(_torch_int4_pack, _torch_int4, lambda layer: True)
         return {**packed, **Linear.kernels(self)}

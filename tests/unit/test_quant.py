@@ -144,6 +144,13 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
                     [op(x[i : i + 1], q4.qs, q4.sc, q4.mn, q4.d, q4.dmin) for i in range(rows)]
                 )
                 assert torch.equal(out, one_by_one)
+        # bf16 activations and a bias, added before the one rounding to bf16.
+        bias = torch.randn(24)
+        xb = torch.randn(3, 1536).to(torch.bfloat16)
+        fused = op(xb, q4.qs, q4.sc, q4.mn, q4.d, q4.dmin, bias)
+        plain = op(xb.float(), q4.qs, q4.sc, q4.mn, q4.d, q4.dmin)
+        assert fused.dtype == torch.bfloat16
+        assert torch.equal(fused, (plain + bias).to(torch.bfloat16))
         layer = Int4Linear(linear)
         assert "q4_native" in layer.kernels()
         x = torch.randn(3, 576).to(torch.bfloat16)

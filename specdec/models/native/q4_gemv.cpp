@@ -43,7 +43,13 @@ struct Activations {
   std::vector<float> u;    // [R, G] dx * (sum of xq over the group): pairs with the minimums
 };
 
-Activations quantize_rows(const float* x, int64_t R, int64_t K, int64_t S) {
+inline float as_float(float v) { return v; }
+inline float as_float(at::BFloat16 v) { return static_cast<float>(v); }
+
+template <typename In>
+Activations quantize_rows(const In* xin, int64_t R, int64_t K, int64_t S) {
+  std::vector<float> x(R * K);
+  for (int64_t i = 0; i < R * K; ++i) x[i] = as_float(xin[i]);
   Activations a{std::vector<int8_t>(R * K), std::vector<float>(R * S), std::vector<float>(R * S * GROUPS, 0.f)};
   for (int64_t r = 0; r < R; ++r) {
     for (int64_t s = 0; s < S; ++s) {
@@ -70,8 +76,8 @@ Activations quantize_rows(const float* x, int64_t R, int64_t K, int64_t S) {
 // Rows [0, R) of the quantized activations against output rows [begin, end) of W.
 template <int R>
 void rows_times_weights(const Activations& a, int64_t row0, const uint8_t* qs, const uint8_t* sc,
-                        const uint8_t* mn, const float* d, const float* dmin, float* y, int64_t K,
-                        int64_t N, int64_t S, int64_t begin, int64_t end) {
+                        const uint8_t* mn, const float* d, const float* dmin, const float* bias,
+                        float* y, int64_t K, int64_t N, int64_t S, int64_t begin, int64_t end) {
   const int64_t G = S * GROUPS;
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   const int8_t* xq = a.xq.data() + row0 * K;
@@ -109,24 +115,25 @@ void rows_times_weights(const Activations& a, int64_t row0, const uint8_t* qs, c
         facc[r] = _mm256_fnmadd_ps(mins, _mm256_loadu_ps(u + r * G + s * GROUPS), facc[r]);
       }
     }
-    for (int r = 0; r < R; ++r) y[r * N + n] = hsum(facc[r]);
+    for (int r = 0; r < R; ++r) y[r * N + n] = hsum(facc[r]) + (bias ? bias[n] : 0.f);
   }
 }
 
 // Rows in chunks of at most 4 (8 accumulators per chunk fit the 16 vector registers); a
 // chunk after the first reads the weight row from L1, where the first chunk left it.
 void run(const Activations& a, int64_t R, const uint8_t* qs, const uint8_t* sc, const uint8_t* mn,
-         const float* d, const float* dmin, float* y, int64_t K, int64_t N, int64_t S) {
+         const float* d, const float* dmin, const float* bias, float* y, int64_t K, int64_t N,
+         int64_t S) {
   at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
     for (int64_t n0 = begin; n0 < end; n0 += 8) {  // a tile of output rows, every row chunk
       const int64_t n1 = std::min(end, n0 + 8);
       for (int64_t r0 = 0; r0 < R; r0 += 4) {
         float* yr = y + r0 * N;
         switch (std::min<int64_t>(4, R - r0)) {
-          case 1: rows_times_weights<1>(a, r0, qs, sc, mn, d, dmin, yr, K, N, S, n0, n1); break;
-          case 2: rows_times_weights<2>(a, r0, qs, sc, mn, d, dmin, yr, K, N, S, n0, n1); break;
-          case 3: rows_times_weights<3>(a, r0, qs, sc, mn, d, dmin, yr, K, N, S, n0, n1); break;
-          default: rows_times_weights<4>(a, r0, qs, sc, mn, d, dmin, yr, K, N, S, n0, n1); break;
+          case 1: rows_times_weights<1>(a, r0, qs, sc, mn, d, dmin, bias, yr, K, N, S, n0, n1); break;
+          case 2: rows_times_weights<2>(a, r0, qs, sc, mn, d, dmin, bias, yr, K, N, S, n0, n1); break;
+          case 3: rows_times_weights<3>(a, r0, qs, sc, mn, d, dmin, bias, yr, K, N, S, n0, n1); break;
+          default: rows_times_weights<4>(a, r0, qs, sc, mn, d, dmin, bias, yr, K, N, S, n0, n1); break;
         }
       }
     }
@@ -135,26 +142,43 @@ void run(const Activations& a, int64_t R, const uint8_t* qs, const uint8_t* sc, 
 
 }  // namespace
 
-// x [R, K] fp32 (K % 64 == 0), the format above -> y [R, N] fp32.
+// x [R, K] fp32 or bf16 (K % 64 == 0), the format above, an optional fp32 bias [N] ->
+// y [R, N] in x's dtype: (product + bias) rounded once, as `(y + bias).to(x.dtype)` would.
 torch::Tensor q4_gemv(torch::Tensor x, torch::Tensor qs, torch::Tensor sc, torch::Tensor mn,
-                      torch::Tensor d, torch::Tensor dmin) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat, "x: [R, K] fp32");
+                      torch::Tensor d, torch::Tensor dmin, c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2, "x: [R, K]");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16, "x: fp32 or bf16");
   const int64_t R = x.size(0), K = x.size(1), N = qs.size(0), S = (K + SB - 1) / SB;
   TORCH_CHECK(K % 64 == 0 && qs.size(1) == K / 2 && qs.scalar_type() == torch::kUInt8, "qs: [N, K/2] u8, K % 64 == 0");
   TORCH_CHECK(sc.sizes() == mn.sizes() && sc.size(0) == N && sc.size(1) == S * GROUPS, "sc, mn: [N, 8 S] u8");
   TORCH_CHECK(sc.scalar_type() == torch::kUInt8 && mn.scalar_type() == torch::kUInt8, "sc, mn: u8");
   TORCH_CHECK(d.sizes() == dmin.sizes() && d.size(0) == N && d.size(1) == S, "d, dmin: [N, S] f32");
   TORCH_CHECK(d.scalar_type() == torch::kFloat && dmin.scalar_type() == torch::kFloat, "d, dmin: f32");
+  torch::Tensor b;
+  if (bias.has_value()) {
+    b = bias->contiguous();
+    TORCH_CHECK(b.dim() == 1 && b.size(0) == N && b.scalar_type() == torch::kFloat, "bias: [N] f32");
+  }
   x = x.contiguous();
   qs = qs.contiguous(); sc = sc.contiguous(); mn = mn.contiguous();
   d = d.contiguous(); dmin = dmin.contiguous();
-  auto y = torch::empty({R, N}, x.options());
-  const Activations a = quantize_rows(x.data_ptr<float>(), R, K, S);
+  auto y = torch::empty({R, N}, x.options().dtype(torch::kFloat));
+  const Activations a = x.scalar_type() == torch::kFloat
+                            ? quantize_rows(x.data_ptr<float>(), R, K, S)
+                            : quantize_rows(x.data_ptr<at::BFloat16>(), R, K, S);
   run(a, R, qs.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), mn.data_ptr<uint8_t>(),
-      d.data_ptr<float>(), dmin.data_ptr<float>(), y.data_ptr<float>(), K, N, S);
-  return y;
+      d.data_ptr<float>(), dmin.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
+      y.data_ptr<float>(), K, N, S);
+  if (x.scalar_type() == torch::kFloat) return y;
+  auto out = torch::empty({R, N}, x.options());
+  const float* yp = y.data_ptr<float>();
+  at::BFloat16* op = out.data_ptr<at::BFloat16>();
+  for (int64_t i = 0; i < R * N; ++i) op[i] = at::BFloat16(yp[i]);  // round to nearest even
+  return out;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("q4_gemv", &q4_gemv, "y = x @ W.T, W in Q4_K-style 4 bits, x quantized to int8 (AVX2)");
+  m.def("q4_gemv", &q4_gemv, "y = x @ W.T + b, W in Q4_K-style 4 bits, x quantized to int8 (AVX2)",
+        py::arg("x"), py::arg("qs"), py::arg("sc"), py::arg("mn"), py::arg("d"), py::arg("dmin"),
+        py::arg("bias") = py::none());
 }
