@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.models.quant import Q4Weights
+from specdec.models.quant import Q4Weights, q4_quantize
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,8 @@ def q4_k_blocks(blocks: np.ndarray) -> Q4Weights:
 def _cat(parts: list[Q4Weights]) -> Q4Weights:
     if len(parts) == 1:
         return parts[0]
-    return Q4Weights(
-        *(torch.cat([getattr(p, f) for p in parts]) for f in ("qs", "sc", "mn", "d", "dmin"))
-    )
+    columns = zip(*(p.tensors() for p in parts), strict=True)  # qs of every part, sc of ...
+    return Q4Weights(*(torch.cat(column) for column in columns))
 
 
 class GGUFWeights:
@@ -93,8 +92,6 @@ class GGUFWeights:
     def layer(self, name: str, weight: torch.Tensor, report: QuantReport) -> Q4Weights:
         """4-bit weights for the native layer `name` whose loaded weight is `weight` [N, K]:
         the file's blocks where it has Q4_K that matches, re-quantized rows elsewhere."""
-        from specdec.models.quant import q4_quantize
-
         names = self._parts(name)
         rows = [int(self.tensors[p].shape[-1]) for p in names]  # GGUF shapes are [K, N]
         if sum(rows) != weight.shape[0]:

@@ -24,7 +24,7 @@ one scale per output channel.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -79,7 +79,7 @@ class Q4Weights:
     """4-bit weights in GGUF Q4_K's arrangement (see native/q4_gemv.cpp for the byte layout):
     w[n, k] = d[n, s] * sc[n, g] * q[n, k] - dmin[n, s] * mn[n, g] for the group g = k // 32
     and super-block s = k // 256 of input k. Q4_K stores d and dmin in fp16 and sc, mn in 6
-    bits, so a Q4_K tensor maps onto this exactly (`from_q4_k_blocks`); weights quantized at
+    bits, so a Q4_K tensor maps onto this exactly (`gguf_q4.q4_k_blocks`); weights quantized at
     load get 8-bit sc and mn."""
 
     qs: torch.Tensor  # [N, K/2] u8: two 4-bit weights per byte
@@ -97,15 +97,21 @@ class Q4Weights:
         pairs = self.qs.reshape(n, k // 64, 1, 32)
         return torch.cat([pairs & 15, pairs >> 4], dim=2).reshape(n, k)
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:  # qs, sc, mn, d, dmin
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def group_steps(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(d * sc, dmin * mn) [N, K/32] fp32: each group's step and minimum."""
+        groups = self.shape[1] // GROUP
+        step = self.d.repeat_interleave(8, dim=1) * self.sc.float()  # [N, 8 S]
+        low = self.dmin.repeat_interleave(8, dim=1) * self.mn.float()
+        return step[:, :groups], low[:, :groups]
+
     def dequantize(self) -> torch.Tensor:  # [N, K] fp32
         n, k = self.shape
-        groups = self.sc.shape[1]
-        per_super = self.d.repeat_interleave(8, dim=1)  # [N, G]
-        scale = (per_super * self.sc.float())[:, : k // GROUP]
-        low = (self.dmin.repeat_interleave(8, dim=1) * self.mn.float())[:, : k // GROUP]
+        step, low = self.group_steps()
         q = self.levels().float().reshape(n, k // GROUP, GROUP)
-        assert groups * GROUP >= k
-        return (scale[..., None] * q - low[..., None]).reshape(n, k)
+        return (step[..., None] * q - low[..., None]).reshape(n, k)
 
 
 def q4_quantize(w: torch.Tensor) -> Q4Weights:
@@ -174,12 +180,12 @@ def _q4_bias(layer) -> torch.Tensor | None:  # the kernel adds an fp32 bias befo
 
 
 def _q4_native(layer, fmt, x):
-    """The native kernel takes bf16 or fp32 activations, adds the bias and returns x's dtype
-    (one call per layer: the Python-side casts cost more than the product on small layers)."""
+    """The native kernel takes bf16 or fp32 activations, adds the bias and returns their
+    dtype (one call per layer: the Python-side casts cost more than the product on small
+    layers); other dtypes go through fp32."""
     bias = fmt if fmt is not None else _q4_bias(layer)
-    if x.dtype in (torch.float32, torch.bfloat16):
-        return native.q4_gemv()(x, layer.qs, layer.sc, layer.mn, layer.d, layer.dmin, bias)
-    out = native.q4_gemv()(x.float(), layer.qs, layer.sc, layer.mn, layer.d, layer.dmin, bias)
+    native_in = x if x.dtype in (torch.float32, torch.bfloat16) else x.float()
+    out = native.q4_gemv()(native_in, layer.qs, layer.sc, layer.mn, layer.d, layer.dmin, bias)
     return out.to(x.dtype)
 
 
@@ -187,9 +193,7 @@ def _torch_int4_pack(layer):
     """torch's packed int4 format for the same 4-bit values: per group (q - 8) * scale +
     zero, scale and zero rounded to the model dtype (a rounding the native kernel avoids)."""
     w, dtype = layer.q4, layer.weight.dtype
-    n, k = w.shape
-    step = (w.d.repeat_interleave(8, dim=1) * w.sc.float())[:, : k // GROUP]  # [N, K/32]
-    low = (w.dmin.repeat_interleave(8, dim=1) * w.mn.float())[:, : k // GROUP]
+    step, low = w.group_steps()  # [N, K/32]
     scales_zeros = torch.stack([step.t(), (8 * step - low).t()], dim=-1).to(dtype)
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(w.levels().to(torch.int32), 2)
     return packed, scales_zeros.contiguous()  # [K/32, N, 2]
@@ -218,15 +222,15 @@ class Int4Linear(_QuantLinear):
                 f"4-bit weights of shape {q4.shape} for a {tuple(linear.weight.shape)} layer"
             )
         super().__init__(linear, q4.dequantize())
-        for name in ("qs", "sc", "mn", "d", "dmin"):
-            self.register_buffer(name, getattr(q4, name))
+        for f in fields(Q4Weights):
+            self.register_buffer(f.name, getattr(q4, f.name))
 
     def stored_bytes(self) -> int:
-        return sum(getattr(self, n).nbytes for n in ("qs", "sc", "mn", "d", "dmin"))
+        return sum(t.nbytes for t in self.q4.tensors())
 
     @property
     def q4(self) -> Q4Weights:
-        return Q4Weights(self.qs, self.sc, self.mn, self.d, self.dmin)
+        return Q4Weights(*(getattr(self, f.name) for f in fields(Q4Weights)))
 
     def kernels(self) -> dict[str, Kernel]:
         packed = {}

