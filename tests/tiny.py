@@ -60,3 +60,15 @@ def tiny_tokenizer() -> transformers.PreTrainedTokenizerFast:
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>"
     )
+
+
+def staggered(engine, prompts, params):
+    """Run `engine` with requests arriving one per step: each joins a batch already
+    mid-generation, and finished ones leave (their rows repacked). Returns the sequences
+    in arrival order."""
+    seqs, pending = [], list(zip(prompts, params, strict=True))
+    while pending or engine.has_work:
+        if pending:
+            seqs.append(engine.add_request(*pending.pop(0)))
+        engine.step()
+    return seqs

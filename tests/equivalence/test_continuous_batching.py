@@ -10,7 +10,7 @@ from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import Engine
 from specdec.errors import ContextLengthError
 
-from tiny import hf_tiny, native_from_hf
+from tiny import hf_tiny, native_from_hf, staggered
 
 PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 8, 7, 7, 8, 7], [9]]
 LENGTHS = [20, 5, 13, 9, 16]
@@ -49,21 +49,11 @@ def _engines(target, draft, tokenizer, max_batch):
         yield name, engine
 
 
-def _staggered(engine, params):
-    """Requests arrive one per step: each joins a batch already mid-generation."""
-    seqs, pending = [], list(zip(PROMPTS, params, strict=True))
-    while pending or engine.has_work:
-        if pending:
-            seqs.append(engine.add_request(*pending.pop(0)))
-        engine.step()
-    return seqs
-
-
 @pytest.mark.parametrize("max_batch", [2, 8])
 def test_requests_joining_mid_flight_match_plain_alone(setup, tokenizer, max_batch):
     target, draft, params, refs = setup
     for name, engine in _engines(target, draft, tokenizer, max_batch):
-        seqs = _staggered(engine, params)
+        seqs = staggered(engine, PROMPTS, params)
         assert [s.output_ids for s in seqs] == refs, name
         assert all(engine.completion(s).finish_reason == "length" for s in seqs)
         assert not engine.live and not engine.waiting

@@ -16,7 +16,7 @@ from specdec.models.static_pass import StaticPasses
 from specdec.speculator import SpeculatorConfig
 from specdec.speculator.model import MLPSpeculator
 
-from tiny import hf_tiny, native_from_hf
+from tiny import hf_tiny, native_from_hf, staggered
 
 PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 8, 7, 7, 8, 7], [9]]
 LENGTHS = [20, 5, 13, 9, 16]
@@ -68,17 +68,6 @@ def _engine(models, tokenizer, name, static, max_batch, acceptor):
     )
 
 
-def _staggered(engine, params):
-    """Requests arrive one per step: each joins a batch already mid-generation, and
-    finished ones leave (their rows repacked)."""
-    seqs, pending = [], list(zip(PROMPTS, params, strict=True))
-    while pending or engine.has_work:
-        if pending:
-            seqs.append(engine.add_request(*pending.pop(0)))
-        engine.step()
-    return seqs
-
-
 NAMES = list(_drafters((None, None, None), False))
 
 
@@ -90,7 +79,7 @@ def test_static_passes_equal_eager_step_for_step(models, tokenizer, name, max_ba
     runs = {}
     for static in (False, True):
         engine = _engine(models, tokenizer, name, static, max_batch, acceptor)
-        seqs = _staggered(engine, params)
+        seqs = staggered(engine, PROMPTS, params)
         # `auto` picks k from wall-clock costs: only its tokens are deterministic
         runs[static] = [(s.output_ids, None if "auto" in name else s.trace) for s in seqs]
         assert isinstance(engine._target, StaticPasses) == static

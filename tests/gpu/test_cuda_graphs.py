@@ -25,7 +25,7 @@ from specdec.models.static_pass import StaticPasses
 from specdec.speculator import SpeculatorConfig
 from specdec.speculator.model import MLPSpeculator
 
-from tiny import hf_tiny
+from tiny import hf_tiny, staggered
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -96,16 +96,6 @@ def _engine(models, tokenizer, name, graphs, max_batch, acceptor):
     )
 
 
-def _staggered(engine, params):
-    """Requests arrive one per step: rows join a batch mid-generation and leave it."""
-    seqs, pending = [], list(zip(PROMPTS, params, strict=True))
-    while pending or engine.has_work:
-        if pending:
-            seqs.append(engine.add_request(*pending.pop(0)))
-        engine.step()
-    return seqs
-
-
 def _captured(engine) -> bool:
     passes = engine._target._passes.values()
     return bool(passes) and all(replay.graph is not None for _, replay in passes)
@@ -122,7 +112,7 @@ def test_graph_replay_equals_eager(models, tokenizer, name, max_batch, acceptor)
     runs = {}
     for graphs in (False, True):
         engine = _engine(models, tokenizer, name, graphs, max_batch, acceptor)
-        seqs = _staggered(engine, params)
+        seqs = staggered(engine, PROMPTS, params)
         # `auto` picks k from wall-clock costs: only its tokens are deterministic
         runs[graphs] = [(s.output_ids, None if "auto" in name else s.trace) for s in seqs]
         if graphs:
