@@ -320,6 +320,10 @@ def quantize(model: Transformer, kind: str, gguf: Path | None = None) -> Transfo
     if source is not None:
         log.info("specdec: %s: %s", Path(gguf).name, report.summary())
     model.quant_report = report
+    if kind == "int4":
+        from specdec.models.decode_stack import DecodeStack  # it imports this module
+
+        model.decode_stack = DecodeStack.for_model(model)
     return model
 
 

@@ -155,6 +155,9 @@ class Transformer(nn.Module):
         self.register_buffer(
             "inv_freq", torch.tensor(cfg.inv_freq(), dtype=torch.float32), persistent=False
         )
+        # Set by `quant.quantize` where every layer is int4: the native stack that runs the
+        # layers of small steps in one call (`specdec.models.decode_stack`).
+        self.decode_stack = None
 
     @property
     def device(self) -> torch.device:
@@ -251,6 +254,9 @@ class Transformer(nn.Module):
         `forward` and the fixed-shape passes of `specdec.models.static_pass`, which build
         those inputs on the device from preallocated buffers."""
         x = self.embed_tokens(tokens)
+        stack = self.decode_stack
+        if stack is not None and stack.takes(tokens.numel()):
+            return self.norm(stack.run(x, cache, rows, cos, sin, write[1], span, mask))
         for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
             x = layer(x, cos, sin, k_cache[rows], v_cache[rows], write, span, mask)
         return self.norm(x)

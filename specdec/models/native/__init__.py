@@ -3,7 +3,9 @@
 Only where a measured kernel needs it (DESIGN convention 10): `bf16_gemv` streams bf16
 weights on CPUs without bf16 arithmetic, where every PyTorch bf16 kernel is several times
 slower than the memory allows; `q4_gemv` multiplies 4-bit weights by int8-quantized
-activations with integer dot products, where PyTorch's int4 kernel is compute-bound.
+activations with integer dot products, where PyTorch's int4 kernel is compute-bound;
+`decode_stack` runs every layer of an int4 decode step in one call, where PyTorch's
+per-op dispatch costs more than the arithmetic of a few rows.
 The build lands in `$SPECDEC_HOME/native/<machine>` and is reused by later processes; a
 machine that cannot build it (no compiler, no AVX2/FMA) gets None, and `Linear` keeps its
 PyTorch kernels. `SPECDEC_NATIVE=0` turns native kernels off.
@@ -37,6 +39,14 @@ def q4_gemv():
     return None if module is None else module.q4_gemv
 
 
+@cache
+def decode_stack():
+    """The compiled `DecodeStack` class (decode_stack.cpp: every decoder layer of a small
+    int4 step in one call), or None."""
+    module = _build("decode_stack")
+    return None if module is None else module.DecodeStack
+
+
 def _build(name: str):
     """Compile (or load the earlier build of) `<name>.cpp`, or None where it cannot be."""
     # Imported here: kernel_tuning imports linear.py, which imports this module.
@@ -53,6 +63,8 @@ def _build(name: str):
 
         # The build depends on the CPU and torch, not on how many threads will run it.
         built_for = {k: v for k, v in machine().items() if k != "threads"}
+        # torch rebuilds when a source changes, not when a header it includes does.
+        built_for["headers"] = [(h.name, h.read_text()) for h in sorted(HERE.glob("*.h"))]
         key = hashlib.sha256(json.dumps(built_for, sort_keys=True).encode()).hexdigest()[:16]
         build = cache_root() / "native" / key
         build.mkdir(parents=True, exist_ok=True)

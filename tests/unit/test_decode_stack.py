@@ -1,0 +1,136 @@
+"""The native decode stack (every layer of a small int4 step in one call) against the eager
+layers, its batch invariance, and when it is used."""
+
+import pytest
+import torch
+
+from specdec.acceptors import GreedyAcceptor
+from specdec.config import SamplingParams
+from specdec.cost_model import FixedWindow
+from specdec.drafters import DraftModelDrafter
+from specdec.engine import Engine
+from specdec.models import native
+from specdec.models.decode_stack import DecodeStack
+from specdec.models.quant import quantize
+
+from tiny import hf_tiny, native_from_hf
+
+
+@pytest.fixture(scope="module", autouse=True)
+def native_kernels():
+    """The native build on (the suite turns it off elsewhere), for the stack and the eager
+    int4 layers alike, so both compute with the same int4 kernel."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECDEC_NATIVE", "1")
+        native.q4_gemv.cache_clear()
+        native.decode_stack.cache_clear()
+        if native.decode_stack() is None or native.q4_gemv() is None:
+            pytest.skip("native kernels unavailable (no compiler or AVX2)")
+        yield
+    native.q4_gemv.cache_clear()
+    native.decode_stack.cache_clear()
+
+
+def _int4(kind="qwen2", dtype=torch.float32, seed=0, **overrides):
+    shape = dict(hidden_size=128, intermediate_size=256, **overrides)
+    model = quantize(native_from_hf(hf_tiny(kind, seed=seed, **shape), dtype), "int4")
+    assert isinstance(model.decode_stack, DecodeStack)
+    return model
+
+
+def _run(model, steps, use_stack):
+    """Hidden states of a prompt pass then `steps` [(tokens [B, T], num_new [B])], with the
+    stack on or off for the steps (the prompt always eager)."""
+    stack, model.decode_stack = model.decode_stack, None
+    cache = model.new_cache(2, 64)
+    outs = []
+    with torch.inference_mode():
+        model(torch.tensor([[3, 1, 4, 1, 5, 9, 2], [6, 5, 3, 5, 8, 9, 7]]), cache)
+        model.decode_stack = stack if use_stack else None
+        for tokens, num_new in steps:
+            outs.append(model(tokens, cache, num_new=num_new).hidden)
+    model.decode_stack = stack
+    return outs, cache
+
+
+STEPS = [
+    (torch.tensor([[11, 12, 13], [21, 22, 0]]), torch.tensor([3, 2])),  # ragged: row 1 pads
+    (torch.tensor([[14], [23]]), torch.tensor([1, 1])),
+    (torch.tensor([[15, 16], [24, 25]]), torch.tensor([2, 2])),
+]
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])  # qkv biases / none
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_stack_computes_what_the_eager_layers_compute(kind, dtype):
+    """Same roundings as the eager layers. In fp32 only the order of a few reductions differs,
+    which the int4 kernel's int8 activation rounding can turn, at a rare near-tie, into one
+    step of an activation: so nearly every value agrees to fp32 noise and none is far off.
+    In bf16 PyTorch's attention also rounds its probabilities to bf16 (the stack keeps fp32),
+    so values agree to a few bf16 steps."""
+    model = _int4(kind, dtype)
+    fused, _ = _run(model, STEPS, True)
+    eager, _ = _run(model, STEPS, False)
+    for a, b in zip(fused, eager, strict=True):
+        a, b = a.float().clone(), b.float().clone()
+        a[1, 2:] = b[1, 2:] = 0  # row 1's padding in the ragged step: meaningless outputs
+        diff, scale = (a - b).abs(), b.abs().max()
+        close = 1e-5 if dtype == torch.float32 else 2e-2
+        assert (diff <= close * scale).float().mean() > 0.99, diff.max()
+        assert diff.max() < 0.05 * scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_stack_is_batch_invariant(dtype):
+    """A 4-token pass scores each token bitwise as four one-token steps do, and writes the
+    same keys and values: what makes greedy speculation through it equal plain decoding."""
+    model = _int4(dtype=dtype)
+    tokens = torch.tensor([[31, 32, 33, 34], [41, 42, 43, 44]])
+    at_once, cache_a = _run(model, [(tokens, torch.tensor([4, 4]))], True)
+    one_by_one, cache_b = _run(
+        model, [(tokens[:, i : i + 1], torch.tensor([1, 1])) for i in range(4)], True
+    )
+    assert torch.equal(at_once[0], torch.cat(one_by_one, dim=1))
+    for k_a, k_b in zip(cache_a.k + cache_a.v, cache_b.k + cache_b.v, strict=True):
+        assert torch.equal(k_a[:, :, :11], k_b[:, :, :11])
+
+
+def test_int4_speculative_greedy_equals_plain_through_the_stack(tokenizer):
+    """fp32 greedy speculation with a draft model on an int4 target == plain int4 decoding,
+    token for token (every verify pass here has at most 8 rows: all through the stack)."""
+    target = _int4()
+    draft = _int4(seed=1, num_hidden_layers=1)
+    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    prompts = [[5, 17, 42, 8], [60, 3, 3, 9, 12]]
+    plain = Engine(target, tokenizer, frozenset()).generate(prompts, params)
+    for k in (1, 3):
+        factory = lambda b, length: DraftModelDrafter(draft, 97, 97, b, length)  # noqa: E731
+        engine = Engine(
+            target,
+            tokenizer,
+            frozenset(),
+            drafter_factory=factory,
+            acceptor=GreedyAcceptor(),
+            window=FixedWindow(k),
+        )
+        out = engine.generate(prompts, params)
+        assert [c.token_ids for c in out] == [c.token_ids for c in plain]
+
+
+def test_stack_takes_the_steps_its_plan_gives_the_int4_kernel(monkeypatch):
+    model = _int4()
+    stack = model.decode_stack
+    assert stack.takes(1) and stack.takes(8) and not stack.takes(9)  # no plan: packed max
+    probe = model.layers[0].mlp.gate_up_proj
+    probe.plan = {1: "q4_native", 2: "q4_native", 4: "linear", 256: "linear"}
+    assert stack.takes(2) and not stack.takes(3) and not stack.takes(300)
+    monkeypatch.setenv("SPECDEC_FUSED", "0")
+    assert DecodeStack.for_model(model) is None
+
+
+def test_stack_only_for_all_int4_cpu_models():
+    dense = native_from_hf(hf_tiny("qwen2"))
+    assert dense.decode_stack is None and DecodeStack.for_model(dense) is None
+    assert quantize(native_from_hf(hf_tiny("qwen2")), "int8").decode_stack is None
+    odd = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=96)), "int4")  # K % 64 != 0
+    assert odd.decode_stack is None
