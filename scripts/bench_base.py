@@ -59,6 +59,23 @@ def llamacpp_runner(lookup: bool, tokens: int):
     return run
 
 
+def eager(run, models):
+    """`run` with the models' decode stacks detached: their layers op by op, as before the
+    stack (`specdec.models.decode_stack`), for a side-by-side comparison in one process."""
+
+    def run_eager(ids):
+        stacks = [m.decode_stack for m in models]
+        for m in models:
+            m.decode_stack = None
+        try:
+            return run(ids)
+        finally:
+            for m, stack in zip(models, stacks, strict=True):
+                m.decode_stack = stack
+
+    return run_eager
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tokens", type=int, default=96)
@@ -68,7 +85,8 @@ def main() -> None:
         "--methods",
         default="plain-bf16,plain-int4,spec-bf16,spec-int4,ngram-int4,hf,llamacpp,llamacpp-lookup",
         help="llamacpp*: llama.cpp on the target's GGUF file (the `.[llamacpp]` extra); "
-        "-lookup: with its prompt-lookup speculation, 4 tokens",
+        "-lookup: with its prompt-lookup speculation, 4 tokens; plain-int4-eager, "
+        "spec-int4-eager: the int4 engines with their layers run op by op (no decode stack)",
     )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     ap.add_argument("--curve-context", type=int, default=256, help="context of the v(k) passes")
@@ -79,11 +97,12 @@ def main() -> None:
     methods = args.methods.split(",")
 
     # One target per weight format: plain decoding is the speculative LLM's plain engine.
-    engines, base = {}, None
+    engines, base, models = {}, None, {}
+    wanted = {m.removesuffix("-eager") for m in methods}
     for quant in ("bf16", "int4", "int8"):
-        if not {f"plain-{quant}", f"spec-{quant}"} & set(methods):
+        if not {f"plain-{quant}", f"spec-{quant}"} & wanted:
             continue
-        spec = f"spec-{quant}" in methods
+        spec = f"spec-{quant}" in wanted
         llm = LLM(
             TARGET,
             quant="none" if quant == "bf16" else quant,
@@ -94,6 +113,7 @@ def main() -> None:
         engines[f"plain-{quant}"] = llm.plain_engine() if spec else llm.engine
         if spec:
             engines[f"spec-{quant}"] = llm.engine
+        models[quant] = [llm.engine.model] + ([llm.draft_model] if spec else [])
     # The verify-cost curve of each target format: v(k) = a pass of k + 1 tokens over a
     # one-token pass, at batch 1 after `--curve-context` tokens, logits at every position.
     curves = {}
@@ -105,14 +125,29 @@ def main() -> None:
                 "v": {k: round(seconds[k + 1] / seconds[1], 3) for k in range(9)},
             }
             print(name[6:], curves[name[6:]], flush=True)
+            if f"{name}-eager" in methods:
+                seconds = eager(
+                    lambda _, engine=engine: forward_seconds(
+                        engine.model, 1, tuple(range(1, 10)), args.curve_context
+                    ),
+                    [engine.model],
+                )(None)
+                curves[f"{name[6:]}-eager"] = {
+                    "plain_step_ms": round(seconds[1] * 1e3, 2),
+                    "v": {k: round(seconds[k + 1] / seconds[1], 3) for k in range(9)},
+                }
+                print(f"{name[6:]}-eager", curves[f"{name[6:]}-eager"], flush=True)
     runners = {}
     for name, engine in engines.items():
+        run = lambda ids, engine=engine: (  # noqa: E731
+            engine.generate([ids], SamplingParams(temperature=0, max_tokens=args.tokens))[
+                0
+            ].num_generated
+        )
         if name in methods:
-            runners[name] = lambda ids, engine=engine: (
-                engine.generate([ids], SamplingParams(temperature=0, max_tokens=args.tokens))[
-                    0
-                ].num_generated
-            )
+            runners[name] = run
+        if f"{name}-eager" in methods:
+            runners[f"{name}-eager"] = eager(run, models[name.split("-")[1]])
     if "ngram-int4" in methods:
         ngram = LLM(TARGET, quant="int4", draft="ngram", speculate="auto").engine
         runners["ngram-int4"] = lambda ids: (
