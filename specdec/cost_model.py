@@ -201,7 +201,11 @@ class CostModel:
         kernel tuning timed them here when both are known (it sees the draft's weight
         format and the kernels' per-call costs, where the weight count `draft_ratio` sees
         neither: the 0.5B int4 draft of the 1.5B is 0.27 of it by weights), else
-        `draft_ratio`, else 1 (a draft is rarely dearer than its target)."""
+        `draft_ratio`, else 1 (a draft is rarely dearer than its target). Still a prior,
+        and an optimistic one: it leaves out the draft's per-step work outside the
+        projections, and the two models' timings may come from tunings under different
+        loads (on the 2-core EPYC, busy: 0.04 by the plans, 0.27 by weights, a draft
+        step measured 0.17-0.19 of the plain step)."""
         draft = _interpolate(self.draft_plan_s, rows)
         target = _interpolate(self.target_plan_s, rows)
         if draft and target:
@@ -215,6 +219,8 @@ class CostModel:
         (`target_plan_s`, rows x tokens per row against the timed width): the whole
         step scaled by its projections' growth, an overestimate by the share of the step
         that barely grows with a few more tokens (attention at a short context, norms).
+        Measured on the 1.5B (2-core EPYC, busy): a 4-token pass 1.32x the plain step by
+        the plans, 1.31x-1.39x timed, 1.58x by the prefill line.
 
         Without kernel timings the target's prefill passes serve as the far points of the
         curve, by total tokens, scaled to the plain step timed at `rows`: rows that finish
