@@ -16,7 +16,9 @@ One implementation serves `--speculate auto` and the benchmarks' predictions:
   predicted figures and `auto`'s choices come from one formula.
 - `startup_pays` prices the one-off cost of starting to speculate with a draft model whose
   prefill is lazy (rows not caught up need a catch-up pass over their history) against
-  what speculating would save over the tokens the rows still have to generate.
+  what speculating would save over the tokens the rows still have to generate. Before a
+  verify pass or draft step is timed, it prices them from the kernel plans' own timings
+  (`kernel_tuning.projection_seconds`) where those exist.
 """
 
 from __future__ import annotations
@@ -97,6 +99,14 @@ class CostModel:
     prefill_token_s: float | None = None
     catch_up_token_s: float | None = None
     draft_ratio: float | None = None
+    # Seconds of one pass of n rows (n -> s, at the kernel buckets) through the target's
+    # and through the draft's projections, from the timings behind their kernel plans
+    # (`kernel_tuning.projection_seconds`; empty: unknown). They price what has not been
+    # timed yet: how a pass grows with its rows (`startup_verify_time`) and the draft's
+    # cost relative to the target's (`draft_share`). Read from the kernel cache at each
+    # start, so neither stored (`to_json`) nor compared: they are no measurement of a run.
+    target_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
+    draft_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
     _seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, T) -> passes timed
 
     @classmethod
@@ -178,27 +188,60 @@ class CostModel:
     def catch_up_time(self, tokens: int) -> float | None:
         """Seconds for the draft to catch up on `tokens` history tokens: measured once a
         catch-up has run, until then the target's prefill per token scaled by
-        `draft_ratio` (1 when unknown: a draft is rarely dearer than its target)."""
+        `draft_share` of a pass that wide."""
         if self.catch_up_token_s is not None:
             return tokens * self.catch_up_token_s
         if self.prefill_token_s is None:
             return None
-        return tokens * self.prefill_token_s * (self.draft_ratio or 1.0)
+        return tokens * self.prefill_token_s * self.draft_share(tokens)
+
+    def draft_share(self, rows: int) -> float:
+        """A pass of `rows` rows through the draft as a share of the same pass through the
+        target, before the draft is timed: the ratio of their projections' seconds as the
+        kernel tuning timed them here when both are known (it sees the draft's weight
+        format and the kernels' per-call costs, where the weight count `draft_ratio` sees
+        neither: the 0.5B int4 draft of the 1.5B is 0.27 of it by weights), else
+        `draft_ratio`, else 1 (a draft is rarely dearer than its target). Still a prior,
+        and an optimistic one: it leaves out the draft's per-step work outside the
+        projections, and the two models' timings may come from tunings under different
+        loads (on the 2-core EPYC, busy: 0.04 by the plans, 0.27 by weights, a draft
+        step measured 0.17-0.19 of the plain step)."""
+        draft = _interpolate(self.draft_plan_s, rows)
+        target = _interpolate(self.target_plan_s, rows)
+        if draft and target:
+            return draft / target
+        return self.draft_ratio or 1.0
 
     def startup_verify_time(self, rows: int, tokens_per_row: int) -> float | None:
-        """`verify_time`, except that while fewer than two pass widths are timed at `rows`
-        the target's prefill passes serve as the far points of the curve: before
-        speculation starts only the plain step is timed, and a flat curve would promise
-        every window for free. The prefill passes of every batch size count, by total
-        tokens, scaled to the plain step timed at `rows`: rows that finish or join change
-        the batch size, and a batch size whose own prefill was never timed must not see a
-        flat curve (at 8 rows at temperature 1, a row's early end let auto start a
-        catch-up that the 8-row curve had refused: 0.89x of plain)."""
+        """`verify_time`, except while only one pass width is timed at `rows` (before
+        speculation starts: the plain step), where a flat curve would promise every window
+        for free. Then the pass grows from the timed one as the target's projections do
+        (`target_plan_s`, rows x tokens per row against the timed width): the whole
+        step scaled by its projections' growth, an overestimate by the share of the step
+        that barely grows with a few more tokens (attention at a short context, norms).
+        Measured on the 1.5B (2-core EPYC, busy): a 4-token pass 1.32x the plain step by
+        the plans, 1.31x-1.39x timed, 1.58x by the prefill line.
+
+        Without kernel timings the target's prefill passes serve as the far points of the
+        curve, by total tokens, scaled to the plain step timed at `rows`: rows that finish
+        or join change the batch size, and a batch size whose own prefill was never timed
+        must not see a flat curve (at 8 rows at temperature 1, a row's early end let auto
+        start a catch-up that the 8-row curve had refused: 0.89x of plain). That line is
+        steep on a CPU, where a prefill is compute-bound: the 1.5B's plain step 0.19 s and
+        47-token prefill 1.7 s put a 5-token pass at 0.32 s, measured 0.24 s, and a cold
+        auto never started the draft that ran 6.7 tok/s against 4.0 plain."""
         own = self.verify_s.get(rows, {})
-        if tokens_per_row in own or len(own) >= 2 or not own or not self.prefill_pass_s:
+        if tokens_per_row in own or len(own) >= 2 or not own:
+            return self.verify_time(rows, tokens_per_row)
+        ((t0, s0),) = own.items()
+        if self.target_plan_s:
+            grown = _interpolate(self.target_plan_s, rows * tokens_per_row)
+            timed = _interpolate(self.target_plan_s, rows * t0)
+            if grown and timed:
+                return s0 * max(1.0, grown / timed)
+        if not self.prefill_pass_s:
             return self.verify_time(rows, tokens_per_row)
         by_total = _by_total(self.prefill_pass_s, rows)
-        ((t0, s0),) = own.items()
         by_total[rows * t0] = s0
         estimate = _interpolate(by_total, rows * tokens_per_row)
         return None if estimate is None else max(estimate, s0)
@@ -273,8 +316,8 @@ def startup_pays(
     both are estimates, a run's timing noise is a few percent, and losing is worse than
     missing a small gain (4 rows x 256-token prompts, 64 tokens: a predicted 9% net gain,
     measured 0.96x-1.05x of plain). Costs not measured yet are estimated: the draft step
-    as `draft_ratio` plain steps, a pass of k + 1 tokens per row from the plain step and
-    the prefill (`startup_verify_time`). True when nothing is known to price the catch-up
+    as `draft_share` plain steps, a pass of k + 1 tokens per row from the plain step
+    (`startup_verify_time`). True when nothing is known to price the catch-up
     with (no prefill timed)."""
     if catch_up_tokens <= 0 or k_max <= 0:
         return True
@@ -284,7 +327,7 @@ def startup_pays(
         return True
     draft = costs.draft_time(rows)
     if draft is None:
-        draft = (costs.draft_ratio or 1.0) * plain
+        draft = costs.draft_share(rows) * plain
     speedup = 0.0
     for k in range(1, k_max + 1):
         verify = costs.startup_verify_time(rows, k + 1)
@@ -484,6 +527,11 @@ class AdaptiveWindow:
         """The draft's cost per token relative to the target's (`relative_cost`)."""
         self.costs.draft_ratio = ratio
 
+    def set_plan_seconds(self, target: dict[int, float], draft: dict[int, float]) -> None:
+        """The target's and the draft's projection seconds per pass width, from their
+        kernel plans (`kernel_tuning.projection_seconds`; empty: unknown)."""
+        self.costs.target_plan_s, self.costs.draft_plan_s = target, draft
+
     def _guard(self, rows: int, seconds: float, tokens_per_row: float) -> None:
         """Count one speculative step; every `guard_steps`, compare with plain decoding."""
         self._saved += tokens_per_row * (self.costs.verify_time(rows, 1) or 0.0)
@@ -520,4 +568,7 @@ class FixedWindow:
         pass
 
     def set_draft_ratio(self, ratio: float | None) -> None:
+        pass
+
+    def set_plan_seconds(self, target: dict[int, float], draft: dict[int, float]) -> None:
         pass

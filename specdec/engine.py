@@ -24,6 +24,7 @@ from specdec.cost_model import AdaptiveWindow, FixedWindow, relative_cost
 from specdec.drafters.base import Drafter, PassStates
 from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.metrics import SpecStats
+from specdec.models.kernel_tuning import projection_seconds
 from specdec.models.kv_cache import KVCache
 from specdec.models.static_pass import StaticPasses, capture_seconds, use_static_passes
 from specdec.models.transformer import Transformer, right_pad
@@ -363,10 +364,11 @@ class Engine:
             )
         if self.drafter_factory is not None:
             self._drafter = self.drafter_factory(rows, length)
-            # A draft model's catch-up is priced from the target's prefill until timed.
-            self.window.set_draft_ratio(
-                relative_cost(getattr(self._drafter, "model", None), self.model)
-            )
+            # A draft model's catch-up is priced from the target's prefill until timed, its
+            # steps and the first verify passes from the kernel plans' timings.
+            draft = getattr(self._drafter, "model", None)
+            self.window.set_draft_ratio(relative_cost(draft, self.model))
+            self.window.set_plan_seconds(projection_seconds(self.model), projection_seconds(draft))
 
     def _drop_finished(self) -> None:
         holders = [self._cache] if self._drafter is None else [self._cache, self._drafter]

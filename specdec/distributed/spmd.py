@@ -49,6 +49,9 @@ class SharedWindow:
     def set_draft_ratio(self, ratio: float | None) -> None:
         self.inner.set_draft_ratio(ratio)
 
+    def set_plan_seconds(self, target: dict[int, float], draft: dict[int, float]) -> None:
+        self.inner.set_plan_seconds(target, draft)
+
 
 def shared_window(
     window: FixedWindow | AdaptiveWindow, group: TPGroup | None

@@ -6,7 +6,10 @@ kernel as a sweep over all layers of the group — the order and footprint of a 
 step, so weights that do not fit the caches stream from memory as they will when decoding
 — and keeps the fastest. Plans are stored in `$SPECDEC_HOME/kernels/<machine>.json`, keyed
 by the machine (CPU model and flags, core count, torch version, threads): a process on the
-same machine reads them instead of timing, and another CPU measures its own.
+same machine reads them instead of timing, and another CPU measures its own. The timings
+behind the plans are kept with them: `projection_seconds` sums them into what a pass of n
+rows costs a model, which prices a cold start of speculation before any verify pass or
+draft step has been timed (`cost_model.CostModel.startup_verify_time`, `draft_share`).
 
 Timing the candidates costs seconds per model the first time on a machine (a few sweeps per
 candidate and bucket; a candidate already 3x slower than the best after one sweep is not
@@ -177,3 +180,31 @@ def tune_kernels(model: nn.Module, *, cache: Path | None = None, retune: bool = 
         tmp.write_text(json.dumps({"machine": machine(), "groups": stored}, indent=1))
         tmp.replace(cache)
     return chosen
+
+
+def projection_seconds(model: object, *, cache: Path | None = None) -> dict[int, float]:
+    """{rows: seconds} of one pass of `rows` rows (each bucket of `BUCKETS`) through every
+    CPU projection of `model`, summed from the timings `tune_kernels` stored here for the
+    kernel each layer's plan runs at that bucket. Empty when any projection has no plan
+    or no stored timing for it (untuned models, GPU, another machine's cache): a model
+    is never priced from part of its layers.
+
+    A stored timing is seconds per layer (a sweep over the group's layers divided by the
+    layers it swept, fewer past 16 rows), so each layer of the model counts it once. The
+    level follows the machine's load while tuning ran (the 1.5B's bf16 groups here sum
+    to 0.89 s at one row, its decode step measures 0.25 s), so callers use ratios: a
+    pass of n rows over one of m of the same model, which a uniformly busier machine
+    leaves alone, and the draft over the target, which two tunings under different loads
+    do not."""
+    groups = _groups(model) if isinstance(model, nn.Module) else {}
+    stored = _load(cache or kernel_cache()).get("groups", {}) if groups else {}
+    total = dict.fromkeys(BUCKETS, 0.0)
+    for key, layers in groups.items():
+        seconds = stored.get(key, {}).get("seconds", {})
+        for layer in layers:
+            for rows in BUCKETS:
+                s = seconds.get(str(rows), {}).get(layer.plan.get(rows))
+                if s is None:
+                    return {}
+                total[rows] += s
+    return total if groups else {}

@@ -1,0 +1,134 @@
+"""Pricing a cold start of speculation from the kernel plans' own timings.
+
+Before a draft model's first step only the plain step and the prefill are timed. The
+verify pass of k + 1 tokens and the draft step are then estimated: from the projections'
+seconds per pass width that the kernel tuning stored (`projection_seconds`) when known,
+else from the prefill line and the draft's weight ratio.
+"""
+
+import pytest
+import torch
+
+from specdec import engine as engine_module
+from specdec.config import SamplingParams
+from specdec.cost_model import AdaptiveWindow, CostModel, startup_pays
+from specdec.drafters import DraftModelDrafter
+from specdec.engine import Engine
+from specdec.models import kernel_tuning
+from specdec.models.linear import BUCKETS, Linear
+
+from tiny import hf_tiny, native_from_hf
+
+
+def _model():
+    # Two groups: two 48x64 layers with bias, one 32x48 without.
+    return torch.nn.Sequential(Linear(64, 48), Linear(64, 48), Linear(48, 32, bias=False))
+
+
+def test_projection_seconds_sums_each_layers_planned_kernel(tmp_path):
+    cache = tmp_path / "k.json"
+    model = _model()
+    chosen = kernel_tuning.tune_kernels(model, cache=cache)
+    seconds = kernel_tuning.projection_seconds(model, cache=cache)
+    assert set(seconds) == set(BUCKETS)
+    for rows in BUCKETS:
+        expected = sum(
+            n * entry["seconds"][str(rows)][entry["plan"][str(rows)]]
+            for n, entry in zip((2, 1), chosen.values(), strict=True)
+        )
+        assert seconds[rows] == pytest.approx(expected)
+
+
+def test_projection_seconds_is_empty_without_plans_or_timings(tmp_path):
+    cache = tmp_path / "k.json"
+    assert kernel_tuning.projection_seconds(_model(), cache=cache) == {}  # never tuned
+    assert kernel_tuning.projection_seconds(None, cache=cache) == {}  # no model (n-gram)
+    model = _model()
+    kernel_tuning.tune_kernels(model, cache=cache)
+    model.append(Linear(32, 16))  # one projection without a plan: no partial price
+    assert kernel_tuning.projection_seconds(model, cache=cache) == {}
+    tuned = _model()
+    kernel_tuning.tune_kernels(tuned, cache=cache)
+    assert kernel_tuning.projection_seconds(tuned, cache=tmp_path / "other.json") == {}
+
+
+# The measured case: the 1.5B target (plain step 0.19 s, a 47-token prefill 1.7 s) and
+# its 0.5B int4 draft (0.27 of it by weights), a 64-token answer. `--speculate 4` ran
+# 6.7 tok/s against 4.0 plain; a verify pass of 5 tokens took 0.24 s.
+PLAIN, PREFILL, PROMPT, RATIO, LEFT = 0.19, 1.7, 47, 0.27, 61
+# Projection seconds per pass width as a plan might store them: 5 rows cost 1.3x one.
+TARGET_PLAN = {1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.4, 32: 4.5, 64: 8.8, 256: 34.0}
+
+
+def _cold(target_plan=None, draft_plan=None):
+    costs = CostModel()
+    for _ in range(2):
+        costs.observe_verify(1, 1, PLAIN)
+    costs.observe_prefill(1, PROMPT, PROMPT, PREFILL)
+    costs.draft_ratio = RATIO
+    costs.target_plan_s, costs.draft_plan_s = target_plan or {}, draft_plan or {}
+    return costs
+
+
+def test_the_verify_pass_grows_as_the_plans_projections_do():
+    costs = _cold(TARGET_PLAN)
+    assert costs.startup_verify_time(1, 5) == pytest.approx(PLAIN * 1.3)
+    assert costs.startup_verify_time(1, 2) == pytest.approx(PLAIN * 1.05)
+    assert costs.startup_verify_time(1, 1) == pytest.approx(PLAIN)
+    # Without plans: the line from the plain step to the prefill, steep on a CPU.
+    line = PLAIN + (PREFILL - PLAIN) * 4 / (PROMPT - 1)
+    assert _cold().startup_verify_time(1, 5) == pytest.approx(line)
+    assert line > 0.3
+    # Once two widths are timed, the measurements decide.
+    costs.observe_verify(1, 5, 0.5)
+    assert costs.startup_verify_time(1, 5) == pytest.approx(0.5)
+
+
+def test_the_draft_prior_comes_from_both_plans_or_the_weight_ratio():
+    draft_plan = {rows: 0.35 * s for rows, s in TARGET_PLAN.items()}
+    assert _cold(TARGET_PLAN, draft_plan).draft_share(1) == pytest.approx(0.35)
+    assert _cold(TARGET_PLAN, draft_plan).catch_up_time(PROMPT) == pytest.approx(0.35 * PREFILL)
+    assert _cold(TARGET_PLAN).draft_share(1) == RATIO  # the draft has no plan
+    assert _cold(draft_plan=draft_plan).draft_share(1) == RATIO  # the target has none
+    no_ratio = _cold()
+    no_ratio.draft_ratio = None
+    assert no_ratio.draft_share(1) == 1.0
+    # A measured draft step replaces the prior.
+    costs = _cold(TARGET_PLAN, draft_plan)
+    costs.observe_draft(1, 1, 0.1)
+    assert costs.draft_time(1) == pytest.approx(0.1)
+
+
+def test_a_cold_start_pays_where_the_plans_say_verifying_is_cheap():
+    """The measured case: priced from the prefill line, the start-up's predicted net gain
+    is 18% of the plain decoding ahead, under the 20% bar (`STARTUP_MIN_GAIN`): the draft
+    never started. Priced from the plans it is 24%, and it starts."""
+    alpha = AdaptiveWindow().prior_alpha()
+    draft_plan = {rows: 0.3 * s for rows, s in TARGET_PLAN.items()}
+    assert not startup_pays(_cold(), 1, alpha, 8, PROMPT, LEFT)
+    assert startup_pays(_cold(TARGET_PLAN, draft_plan), 1, alpha, 8, PROMPT, LEFT)
+    # A plan where five rows cost what the prefill line says still does not start.
+    steep = {rows: 1.0 + 0.033 * (rows - 1) for rows in BUCKETS}
+    assert not startup_pays(_cold(steep, draft_plan), 1, alpha, 8, PROMPT, LEFT)
+
+
+def test_the_engine_hands_the_plans_to_the_window(tokenizer, monkeypatch):
+    """The engine gives the window both models' projection seconds when it builds the
+    drafter (empty for a model without plans, as these tiny ones are: the fallbacks)."""
+    target = native_from_hf(hf_tiny("qwen2"))
+    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    seen = []
+    monkeypatch.setattr(AdaptiveWindow, "set_plan_seconds", lambda self, *plans: seen.append(plans))
+    engine = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        drafter_factory=lambda rows, length: DraftModelDrafter(draft, 97, 97, rows, length),
+        window=AdaptiveWindow(k_max=4),
+    )
+    engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=3))
+    assert seen == [({}, {})]
+    monkeypatch.setattr(engine_module, "projection_seconds", lambda m: {1: float(id(m))})
+    engine._cache = None  # rebuilt (with the drafter) at the next request
+    engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=3))
+    assert seen[1] == ({1: float(id(target))}, {1: float(id(draft))})
