@@ -204,12 +204,13 @@ class CostModel:
         `draft_ratio`, else 1 (a draft is rarely dearer than its target). Still a prior,
         and an optimistic one: it leaves out the draft's per-step work outside the
         projections, and the two models' timings may come from tunings under different
-        loads (on the 2-core EPYC, busy: 0.04 by the plans, 0.27 by weights, a draft
-        step measured 0.17-0.19 of the plain step)."""
+        loads (on the 2-core EPYC, busy: 0.04 by the plans, a draft step measured 0.17-0.19
+        of the plain step), so it is held at least at `draft_ratio`, the ratio of the bytes
+        a step reads (~0.08 for the 0.5B int4 draft of the bf16 1.5B, ~0.27 of the int4 one)."""
         draft = _interpolate(self.draft_plan_s, rows)
         target = _interpolate(self.target_plan_s, rows)
-        if draft and target:
-            return draft / target
+        if draft and target:  # never below the bytes' ratio, which no tuning load skews
+            return max(draft / target, self.draft_ratio or 0.0)
         return self.draft_ratio or 1.0
 
     def startup_verify_time(self, rows: int, tokens_per_row: int) -> float | None:
@@ -341,21 +342,31 @@ def startup_pays(
 
 
 def relative_cost(draft_model, target_model) -> float | None:
-    """The draft's cost per token relative to the target's: the ratio of their weights
-    outside the embedding table and the vocabulary head (a prefill computes logits at
+    """The draft's cost per token relative to the target's, by the bytes a one-token step
+    reads: each projection in its most compact stored format (an int4 draft reads a
+    quarter of its bf16 bytes; the parameter count missed that), other weights as they are,
+    leaving out the embedding table and the vocabulary head (a prefill computes logits at
     one position per row, so those barely count). None if either is not a model."""
     sizes = []
     for model in (draft_model, target_model):
-        if not hasattr(model, "named_parameters"):
+        if not hasattr(model, "named_modules"):
             return None
-        sizes.append(
-            sum(
-                p.numel()
-                for name, p in model.named_parameters()
-                if "embed_tokens" not in name and "lm_head" not in name
-            )
-        )
+        sizes.append(_step_bytes(model))
     return sizes[0] / sizes[1] if sizes[1] else None
+
+
+def _step_bytes(model) -> int:
+    from specdec.models.linear import Linear  # models import this module's users
+
+    total = 0
+    for name, module in model.named_modules():
+        if "embed_tokens" in name or "lm_head" in name:
+            continue
+        if isinstance(module, Linear):
+            total += module.stored_bytes()
+        else:
+            total += sum(p.nbytes for p in module.parameters(recurse=False))
+    return total
 
 
 def predict_speedup(costs: CostModel, rows: int, alpha: list[float], k: int) -> float | None:
