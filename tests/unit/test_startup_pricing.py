@@ -11,11 +11,12 @@ import torch
 
 from specdec import engine as engine_module
 from specdec.config import SamplingParams
-from specdec.cost_model import AdaptiveWindow, CostModel, startup_pays
+from specdec.cost_model import AdaptiveWindow, CostModel, relative_cost, startup_pays
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.models import kernel_tuning
 from specdec.models.linear import BUCKETS, Linear
+from specdec.models.quant import quantize
 
 from tiny import hf_tiny, native_from_hf
 
@@ -132,3 +133,13 @@ def test_the_engine_hands_the_plans_to_the_window(tokenizer, monkeypatch):
     engine._cache = None  # rebuilt (with the drafter) at the next request
     engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=3))
     assert seen[1] == ({1: float(id(target))}, {1: float(id(draft))})
+
+
+def test_relative_cost_counts_the_bytes_a_step_reads():
+    """An int4 draft reads under a third of its bf16 bytes; the parameter count missed it."""
+    shape = dict(hidden_size=256, intermediate_size=512)  # whole super-blocks of 256
+    target = native_from_hf(hf_tiny("qwen2", **shape), torch.bfloat16)
+    draft = native_from_hf(hf_tiny("qwen2", num_hidden_layers=1, **shape), torch.bfloat16)
+    dense = relative_cost(draft, target)
+    assert dense == pytest.approx(0.5, rel=0.02)  # one of two equal layers
+    assert relative_cost(quantize(draft, "int4"), target) < 0.35 * dense
