@@ -34,6 +34,42 @@ struct Round {
   float operator()(float v) const { return bf16 ? static_cast<float>(c10::BFloat16(v)) : v; }
 };
 
+// Eight floats rounded to the nearest bf16, ties to even (finite inputs; NaN stays NaN).
+inline __m256 round_bf16(__m256 x) {
+  const __m256i bits = _mm256_castps_si256(x);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i up = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), odd));
+  return _mm256_castsi256_ps(_mm256_and_si256(up, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// v[i] rounded to the model dtype, in place: the vectorized form of Round, bit for bit.
+void round_all(float* v, int64_t n, const Round& rnd) {
+  if (!rnd.bf16) return;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, round_bf16(_mm256_loadu_ps(v + i)));
+  for (; i < n; ++i) v[i] = rnd(v[i]);
+}
+
+// exp(x) for eight floats to about 2 ulp (Cephes' expf: x = n ln2 + r, a degree-6
+// polynomial in r, times 2^n); the eager path's Sleef expf is 1 ulp: values agree after
+// rounding to bf16 but at near-ties.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
+}
+
 struct Projection {  // one int4 layer (the buffers of quant.Int4Linear)
   at::Tensor qs, sc, mn, d, dmin, bias;  // bias fp32 [N], or empty
   int64_t N, K, S;
@@ -59,7 +95,7 @@ void product(const Projection& p, const float* x, int64_t R, float* y, const Rou
   q4::run(a, R, p.qs.data_ptr<uint8_t>(), p.sc.data_ptr<uint8_t>(), p.mn.data_ptr<uint8_t>(),
           p.d.data_ptr<float>(), p.dmin.data_ptr<float>(),
           p.bias.numel() ? p.bias.data_ptr<float>() : nullptr, y, p.K, p.N, p.S);
-  for (int64_t i = 0; i < R * p.N; ++i) y[i] = rnd(y[i]);
+  round_all(y, R * p.N, rnd);
 }
 
 // RMSNorm as transformer.RMSNorm: normalised in fp32, rounded, scaled in the model dtype.
@@ -67,24 +103,32 @@ void rms_norm(const float* x, const std::vector<float>& w, float* out, int64_t R
               float eps, const Round& rnd) {
   for (int64_t r = 0; r < R; ++r) {
     const float* xr = x + r * H;
+    float* o = out + r * H;
     float squares = 0.f;
     for (int64_t i = 0; i < H; ++i) squares += xr[i] * xr[i];
     const float inverse = 1.f / std::sqrt(squares / static_cast<float>(H) + eps);
-    for (int64_t i = 0; i < H; ++i) out[r * H + i] = rnd(w[i] * rnd(xr[i] * inverse));
+    for (int64_t i = 0; i < H; ++i) o[i] = xr[i] * inverse;
+    round_all(o, H, rnd);
+    for (int64_t i = 0; i < H; ++i) o[i] *= w[i];
+    round_all(o, H, rnd);
   }
 }
 
 // x * cos + rotate_half(x) * sin on `heads` vectors of D, each product and the sum rounded.
 void rope(float* x, const float* cos, const float* sin, int64_t heads, int64_t D, const Round& rnd) {
   const int64_t half = D / 2;
+  float a[512], b[512];
   for (int64_t h = 0; h < heads; ++h) {
     float* v = x + h * D;
-    float rotated[512];
     for (int64_t i = 0; i < half; ++i) {
-      rotated[i] = -v[i + half];
-      rotated[i + half] = v[i];
+      b[i] = -v[i + half] * sin[i];
+      b[i + half] = v[i] * sin[i + half];
     }
-    for (int64_t i = 0; i < D; ++i) v[i] = rnd(rnd(v[i] * cos[i]) + rnd(rotated[i] * sin[i]));
+    for (int64_t i = 0; i < D; ++i) a[i] = v[i] * cos[i];
+    round_all(a, D, rnd);
+    round_all(b, D, rnd);
+    for (int64_t i = 0; i < D; ++i) v[i] = a[i] + b[i];
+    round_all(v, D, rnd);
   }
 }
 
@@ -123,42 +167,68 @@ void write_kv(const float* qkv, int64_t R, int64_t T, int64_t heads, int64_t kv_
 }
 
 // softmax(q k^T / sqrt(D)) v for every (row, head) over the keys the mask shows, keys in order.
+// Keys go in blocks of 8 from key 0, those past the span or hidden weighing exactly 0, so a
+// row's sums see the same terms in the same lanes whatever the span (batch invariance).
 template <typename C>
 void attention(const float* qkv, int64_t B, int64_t T, int64_t heads, int64_t kv_heads, int64_t D,
                const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t first_row,
                int64_t span, const bool* mask, float* out, const Round& rnd) {
   const int64_t width = (heads + 2 * kv_heads) * D, group = heads / kv_heads, L1 = k_cache.size(2);
+  const int64_t blocks = (span + 7) / 8 * 8;
   const C* kc = k_cache.data_ptr<C>();
   const C* vc = v_cache.data_ptr<C>();
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const float hidden = -std::numeric_limits<float>::infinity();
   at::parallel_for(0, B * T * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(span), acc(D);
+    std::vector<float> scores(blocks), acc(D);
     for (int64_t unit = begin; unit < end; ++unit) {
       const int64_t r = unit / heads, h = unit % heads, g = h / group;
       const int64_t base = ((first_row + r / T) * kv_heads + g) * L1 * D;
       const float* q = qkv + r * width + h * D;
       const bool* visible = mask ? mask + r * span : nullptr;
-      float top = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < span; ++j) {
-        if (visible && !visible[j]) continue;
-        scores[j] = dot(q, kc + base + j * D, D) * scale;
+      float top = hidden;
+      for (int64_t j = 0; j < blocks; ++j) {
+        scores[j] = j < span && (!visible || visible[j]) ? dot(q, kc + base + j * D, D) * scale : hidden;
         top = std::max(top, scores[j]);
       }
+      __m256 sum = _mm256_setzero_ps();
+      for (int64_t j = 0; j < blocks; j += 8) {
+        const __m256 s = _mm256_loadu_ps(scores.data() + j);
+        const __m256 shown = _mm256_cmp_ps(s, _mm256_set1_ps(hidden), _CMP_NEQ_OQ);
+        const __m256 p = _mm256_and_ps(exp8(_mm256_sub_ps(s, _mm256_set1_ps(top))), shown);
+        _mm256_storeu_ps(scores.data() + j, p);
+        sum = _mm256_add_ps(sum, p);
+      }
+      const float total = q4::hsum(sum);
       std::fill(acc.begin(), acc.end(), 0.f);
-      float total = 0.f;
       for (int64_t j = 0; j < span; ++j) {
-        if (visible && !visible[j]) continue;
-        const float p = std::exp(scores[j] - top);
-        total += p;
-        const __m256 pv = _mm256_set1_ps(p);
+        if (scores[j] == 0.f) continue;  // hidden (or too small to count): adds exactly nothing
+        const __m256 pv = _mm256_set1_ps(scores[j]);
         const C* v = vc + base + j * D;
         for (int64_t i = 0; i < D; i += 8)
           _mm256_storeu_ps(acc.data() + i, _mm256_fmadd_ps(pv, load8(v + i), _mm256_loadu_ps(acc.data() + i)));
       }
       float* o = out + r * heads * D + h * D;
-      for (int64_t i = 0; i < D; ++i) o[i] = rnd(acc[i] / total);
+      for (int64_t i = 0; i < D; ++i) o[i] = acc[i] / total;
+      round_all(o, D, rnd);
     }
   });
+}
+
+// act = silu(gate) * up for one row of the fused gate_up output [gate (I) | up (I)], with
+// silu's result and the product rounded as F.silu(gate) * up rounds them.
+void silu_times(const float* gate_up, float* act, int64_t I, const Round& rnd) {
+  const float* up = gate_up + I;
+  int64_t i = 0;
+  const __m256 one = _mm256_set1_ps(1.f);
+  for (; i + 8 <= I; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate_up + i);
+    __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+    if (rnd.bf16) silu = round_bf16(silu);
+    _mm256_storeu_ps(act + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < I; ++i) act[i] = rnd(gate_up[i] / (1.f + std::exp(-gate_up[i]))) * up[i];
+  round_all(act, I, rnd);
 }
 
 struct Layer {
@@ -229,21 +299,17 @@ class DecodeStack {
         attention<float>(qkv.data(), B, T, heads_, kv_heads_, D, kc, vc, first_row, span, visible, attended.data(), rnd);
       }
       product(L.o, attended.data(), R, delta.data(), rnd);
-      for (int64_t i = 0; i < R * H; ++i) h[i] = rnd(h[i] + delta[i]);
+      for (int64_t i = 0; i < R * H; ++i) h[i] += delta[i];
+      round_all(h.data(), R * H, rnd);
       rms_norm(h.data(), L.post_norm, normed.data(), R, H, eps_, rnd);
       const int64_t I = L.gate_up.N / 2;
       gate_up.resize(R * 2 * I);
       act.resize(R * I);
       product(L.gate_up, normed.data(), R, gate_up.data(), rnd);
-      for (int64_t r = 0; r < R; ++r) {
-        const float* g = gate_up.data() + r * 2 * I;
-        for (int64_t i = 0; i < I; ++i) {
-          const float silu = rnd(g[i] / (1.f + std::exp(-g[i])));
-          act[r * I + i] = rnd(silu * g[I + i]);
-        }
-      }
+      for (int64_t r = 0; r < R; ++r) silu_times(gate_up.data() + r * 2 * I, act.data() + r * I, I, rnd);
       product(L.down, act.data(), R, delta.data(), rnd);
-      for (int64_t i = 0; i < R * H; ++i) h[i] = rnd(h[i] + delta[i]);
+      for (int64_t i = 0; i < R * H; ++i) h[i] += delta[i];
+      round_all(h.data(), R * H, rnd);
     }
     const at::Tensor out = at::from_blob(h.data(), {B, T, H}, at::kFloat);
     return bf16 ? out.to(at::kBFloat16) : out.clone();  // h is freed on return
