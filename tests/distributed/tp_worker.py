@@ -201,16 +201,12 @@ def scripted_tree(target, whole, tp) -> dict:
 
 
 def cli_lines(model_dir: str, tp) -> list[dict]:
-    """`specdec generate --json` through the LLM API (with --tp 2 under TP). Greedy: the
-    sharded logits differ from one process's in the last bits (all-reduce order, kernels
-    timed per process), which a sampled draw can turn into another token at a near-tie
-    (seen once on a fresh machine: one token of 16); seeded sampling under TP is held to
-    one process by the engine-level tests, where no kernel timing runs."""
+    """`specdec generate --json` through the LLM API (with --tp 2 under TP)."""
     from specdec.cli import main
 
     argv = ["generate", "--model", model_dir, "--dtype", "fp32", "--json", "--max-tokens", "8"]
-    argv += ["--ignore-eos", "--draft", "ngram", "--speculate", "2", "--temperature", "0"]
-    argv += ["abcabc", "hello"]
+    argv += ["--ignore-eos", "--draft", "ngram", "--speculate", "2", "--temperature", "0.8"]
+    argv += ["--seed", "5", "abcabc", "hello"]
     if tp is not None:
         argv += ["--tp", str(tp.world_size)]
     buf = io.StringIO()
