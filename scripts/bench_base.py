@@ -114,28 +114,24 @@ def main() -> None:
         if spec:
             engines[f"spec-{quant}"] = llm.engine
         models[quant] = [llm.engine.model] + ([llm.draft_model] if spec else [])
+
     # The verify-cost curve of each target format: v(k) = a pass of k + 1 tokens over a
     # one-token pass, at batch 1 after `--curve-context` tokens, logits at every position.
+    def curve(model) -> dict:
+        seconds = forward_seconds(model, 1, tuple(range(1, 10)), args.curve_context)
+        return {
+            "plain_step_ms": round(seconds[1] * 1e3, 2),
+            "v": {k: round(seconds[k + 1] / seconds[1], 3) for k in range(9)},
+        }
+
     curves = {}
     for name, engine in engines.items():
         if name.startswith("plain-"):
-            seconds = forward_seconds(engine.model, 1, tuple(range(1, 10)), args.curve_context)
-            curves[name[6:]] = {
-                "plain_step_ms": round(seconds[1] * 1e3, 2),
-                "v": {k: round(seconds[k + 1] / seconds[1], 3) for k in range(9)},
-            }
+            curves[name[6:]] = curve(engine.model)
             print(name[6:], curves[name[6:]], flush=True)
             if f"{name}-eager" in methods:
-                seconds = eager(
-                    lambda _, engine=engine: forward_seconds(
-                        engine.model, 1, tuple(range(1, 10)), args.curve_context
-                    ),
-                    [engine.model],
-                )(None)
-                curves[f"{name[6:]}-eager"] = {
-                    "plain_step_ms": round(seconds[1] * 1e3, 2),
-                    "v": {k: round(seconds[k + 1] / seconds[1], 3) for k in range(9)},
-                }
+                eager_curve = eager(lambda _, m=engine.model: curve(m), [engine.model])
+                curves[f"{name[6:]}-eager"] = eager_curve(None)
                 print(f"{name[6:]}-eager", curves[f"{name[6:]}-eager"], flush=True)
     runners = {}
     for name, engine in engines.items():

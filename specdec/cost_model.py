@@ -356,7 +356,7 @@ def relative_cost(draft_model, target_model) -> float | None:
 
 
 def _step_bytes(model) -> int:
-    from specdec.models.linear import Linear  # models import this module's users
+    from specdec.models.linear import Linear  # here: the rest of this module needs no torch
 
     total = 0
     for name, module in model.named_modules():

@@ -24,7 +24,7 @@ import torch
 from specdec.models import native
 from specdec.models.kv_cache import KVCache
 from specdec.models.linear import bucket_of
-from specdec.models.quant import PACKED_MAX_ROWS, Int4Linear
+from specdec.models.quant import PACKED_MAX_ROWS, Int4Linear, _q4_bias
 from specdec.models.transformer import Transformer
 
 
@@ -97,6 +97,6 @@ def _layer_tensors(layer) -> list[torch.Tensor]:
     norms = layer.input_layernorm, layer.post_attention_layernorm
     tensors = [norm.weight.detach() for norm in norms]
     for p in _projections(layer):
-        bias = torch.empty(0) if p.bias is None else p.bias.detach().float().contiguous()
-        tensors += [*p.q4.tensors(), bias]
+        bias = _q4_bias(p)  # the fp32 bias the int4 kernel adds, as the eager layer passes it
+        tensors += [*p.q4.tensors(), torch.empty(0) if bias is None else bias]
     return tensors
