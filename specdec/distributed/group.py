@@ -64,7 +64,13 @@ class TPGroup:
     # -- collectives (all ranks call them in the same order) -------------------------------
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """Sum over ranks, in place; returns `x`."""
+        """Sum over ranks (in place where `x` is contiguous); returns the sum.
+
+        The backends sum raw storage element by element: a transposed view on one rank
+        (what `Linear`'s `mv_mm` kernel returns, and ranks may tune different kernels)
+        would be added to another rank's rows in the wrong order, so views are copied
+        to row-major first."""
+        x = x.contiguous()
         dist.all_reduce(x)
         return x
 

@@ -175,6 +175,11 @@ def test_logits_equal_single_process(tp_results, reference):
             torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=f"{name} {phase}")
 
 
+def test_all_reduce_adds_row_by_row_whatever_the_layouts(tp_results, reference):
+    got, expected = tp_results["all_reduce/mixed-layouts"], reference["all_reduce/mixed-layouts"]
+    assert torch.equal(got, expected)
+
+
 @pytest.mark.parametrize("case", ["plain", "draft", "draft-sharded", "ngram", "auto"])
 def test_greedy_outputs_token_identical(tp_results, reference, case):
     assert tp_results[f"greedy/{case}"] == reference[f"greedy/{case}"]

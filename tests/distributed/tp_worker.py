@@ -68,9 +68,20 @@ def logits_of(model) -> dict[str, torch.Tensor]:
     return {"prefill": prefill, "step": step}
 
 
+def mixed_layout_sum(tp) -> torch.Tensor:
+    """Each rank's part of a sum, rank 0's as a transposed view (the layout `mv_mm`
+    returns): ranks may tune different kernels, so a row-parallel layer's partial outputs
+    reach the all-reduce in different layouts and must still add up row by row."""
+    parts = [torch.arange(12.0).reshape(3, 4), torch.arange(12.0).reshape(3, 4) * 10]
+    if tp is None:
+        return parts[0] + parts[1]
+    mine = parts[0].t().contiguous().t() if tp.rank == 0 else parts[1]  # [3, 4] each
+    return tp.all_reduce(mine)
+
+
 def scenarios(tp, model_dir: str | None = None) -> dict:
     tok = tiny_tokenizer()
-    out: dict = {}
+    out: dict = {"all_reduce/mixed-layouts": mixed_layout_sum(tp)}
     for name, (kind, overrides) in VARIANTS.items():
         out[f"logits/{name}"] = logits_of(build(kind, tp, **overrides))
     target = build("qwen2", tp)
