@@ -1,0 +1,68 @@
+"""scripts/bench_learn.py's report (issue 15's learning curve and learning cost) on
+request logs written here: tokens per target pass per window, decode tokens/s, and the
+learner-on (frozen) over learner-off ratio on the requests both replayed."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).parents[2] / "scripts" / "bench_learn.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("bench_learn", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(i, steps, accepted, wall, generated=9, ttft=0.5, version=0, loss=None):
+    return dict(
+        request=i,
+        doc=i,
+        prompt_tokens=10,
+        generated=generated,
+        steps=steps,
+        accepted=accepted,
+        drafted=3 * steps,
+        wall_s=wall,
+        ttft_s=ttft,
+        heads_version=version,
+        learner_steps=0,
+        loss=loss,
+        error=None,
+    )
+
+
+def _write(path: Path, rows) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_windows_and_learning_cost(tmp_path):
+    bench = _load()
+    # learn: the first window keeps nothing (8 passes for 8 tokens), the second keeps half
+    _write(
+        tmp_path / "requests-learn.jsonl",
+        [_row(i, 8, 0, 2.5) for i in range(2)]
+        + [_row(i, 4, 4, 1.5, version=3, loss=2.0) for i in range(2, 4)],
+    )
+    # frozen took 25% longer per decode token than off on the requests both replayed
+    _write(tmp_path / "requests-frozen.jsonl", [_row(i, 8, 0, 0.5 + 2.5) for i in range(3)])
+    _write(tmp_path / "requests-off.jsonl", [_row(i, 8, 0, 0.5 + 2.0) for i in range(2)])
+    bench.main(["--out", str(tmp_path), "--report", "--window", "2"])
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    learn = summary["modes"]["learn"]
+    assert [w["tokens_per_pass"] for w in learn["windows"]] == [1.0, 2.0]
+    assert [w["decode_tok_s"] for w in learn["windows"]] == [4.0, 8.0]
+    assert learn["windows"][1]["heads_version"] == 3 and learn["windows"][1]["loss"] == 2.0
+    assert learn["tokens_per_pass"] == round(1 + 8 / 24, 4)
+    cost = summary["learning_cost"]
+    assert cost["requests"] == 2 and cost["ratio"] == 0.8
+    assert (tmp_path / "learning.png").stat().st_size > 0
+
+
+def test_a_resumed_replay_skips_what_is_logged(tmp_path):
+    bench = _load()
+    _write(tmp_path / "requests-learn.jsonl", [_row(i, 4, 1, 1.0) for i in (0, 1, 3)])
+    assert bench._done(tmp_path / "requests-learn.jsonl") == {0, 1, 3}
+    assert bench._done(tmp_path / "missing.jsonl") == set()
