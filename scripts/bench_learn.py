@@ -123,7 +123,7 @@ def replay(args) -> None:
     )
     stream = replay_stream(llm.tokenizer, args.requests, args.max_prompt_tokens)
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    todo = [(i, doc, ids) for i, (doc, ids) in enumerate(stream) if i not in done]
+    todo = [(i, d, ids) for i, (d, ids) in enumerate(stream) if i >= args.first and i not in done]
     todo = todo[: args.limit] if args.limit else todo
     print(f"{args.mode}: {len(done)} done, {len(todo)} to go, heads {heads}", flush=True)
     try:
@@ -262,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mode", choices=MODES, default="learn")
     ap.add_argument("--requests", type=int, default=500, help="length of the stream")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many now")
+    ap.add_argument("--first", type=int, default=0, help="start the replay at this request")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--max-prompt-tokens", type=int, default=384)
     ap.add_argument("--speculate", default="3", help="K or auto")
