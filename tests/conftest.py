@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,20 @@ from tiny import hf_tiny, native_from_hf, tiny_tokenizer  # noqa: E402
 def _fast_threads():
     # Tests run tiny models: one thread avoids oversubscription with pytest's own work.
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def script():
+    """Import `scripts/NAME.py` (not a package) as a module: `script("bench_gpu")`."""
+
+    def load(name: str):
+        path = Path(__file__).parents[1] / "scripts" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 @pytest.fixture(scope="session")

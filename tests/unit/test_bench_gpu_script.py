@@ -2,22 +2,11 @@
 `--device cpu --quick` (tiny shapes, a few tokens: seconds), static passes included, so a
 GPU session only has to run it. Its figures here mean nothing; its shape is checked."""
 
-import importlib.util
 import json
-from pathlib import Path
-
-SCRIPT = Path(__file__).parents[2] / "scripts" / "bench_gpu.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_quick_cpu_run_reports_every_figure(tmp_path):
-    bench = _load()
+def test_quick_cpu_run_reports_every_figure(tmp_path, script):
+    bench = script("bench_gpu")
     out = tmp_path / "gpu.json"
     result = bench.main(["--device", "cpu", "--quick", "--static-on-cpu", "--out", str(out)])
     assert json.loads(out.read_text())["bound_tok_s"] == result["bound_tok_s"] > 0
@@ -32,13 +21,13 @@ def test_quick_cpu_run_reports_every_figure(tmp_path):
     assert set(result["bars"]) and all(v in (True, False) for v in result["bars"].values())
 
 
-def test_default_pair_shapes_are_the_published_configs():
+def test_default_pair_shapes_are_the_published_configs(script):
     """The 1.5B shape reads the 3.09 GB of bf16 weights per token docs/BENCHMARKS.md
     counts; the 0.5B is the default draft's shape."""
     from specdec.doctor import decode_bytes
     from specdec.models.config import ModelConfig
 
-    bench = _load()
+    bench = script("bench_gpu")
     target = ModelConfig.from_hf_dict(bench.TARGET)
     draft = ModelConfig.from_hf_dict(bench.DRAFT)
     assert round(decode_bytes(target) / 1e9, 2) == 3.09

@@ -2,18 +2,8 @@
 request logs written here: tokens per target pass per window, decode tokens/s, and the
 learner-on (frozen) over learner-off ratio on the requests both replayed."""
 
-import importlib.util
 import json
 from pathlib import Path
-
-SCRIPT = Path(__file__).parents[2] / "scripts" / "bench_learn.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_learn", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _row(i, steps, accepted, wall, generated=9, ttft=0.5, version=0, loss=None):
@@ -38,8 +28,8 @@ def _write(path: Path, rows) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def test_windows_and_learning_cost(tmp_path):
-    bench = _load()
+def test_windows_and_learning_cost(tmp_path, script):
+    bench = script("bench_learn")
     # learn: the first window keeps nothing (8 passes for 8 tokens), the second keeps half
     _write(
         tmp_path / "requests-learn.jsonl",
@@ -61,8 +51,8 @@ def test_windows_and_learning_cost(tmp_path):
     assert (tmp_path / "learning.png").stat().st_size > 0
 
 
-def test_a_resumed_replay_skips_what_is_logged(tmp_path):
-    bench = _load()
+def test_a_resumed_replay_skips_what_is_logged(tmp_path, script):
+    bench = script("bench_learn")
     _write(tmp_path / "requests-learn.jsonl", [_row(i, 4, 1, 1.0) for i in (0, 1, 3)])
     assert bench._done(tmp_path / "requests-learn.jsonl") == {0, 1, 3}
     assert bench._done(tmp_path / "missing.jsonl") == set()
