@@ -31,12 +31,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import statistics
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -45,7 +43,13 @@ from specdec.config import SamplingParams
 from specdec.llm import LLM
 from specdec.models.kernel_tuning import machine
 from specdec.speculator.online import LearnConfig
-from specdec.speculator.train import Corpus, TrainConfig, load_records
+from specdec.speculator.train import (
+    Corpus,
+    TrainConfig,
+    document_order,
+    load_records,
+    most_frequent_ids,
+)
 
 MODES = ("learn", "frozen", "off")
 NEVER = 10**9  # publish_every of a learner whose heads never reach the drafter
@@ -54,10 +58,8 @@ NEVER = 10**9  # publish_every of a learner whose heads never reach the drafter
 def replay_stream(tokenizer, n: int, max_prompt_tokens: int) -> list[tuple[int, list[int]]]:
     """`n` (document index, chat prompt ids), from the end of the trainer's order."""
     corpus = Corpus(load_records("sharegpt"), tokenizer)
-    order = list(range(len(corpus)))
-    random.Random(TrainConfig.seed).shuffle(order)
     stream = []
-    for doc in reversed(order):
+    for doc in reversed(document_order(len(corpus), TrainConfig.seed)):
         ids = corpus.prompt_ids(doc)
         if 1 <= len(ids) <= max_prompt_tokens:
             stream.append((doc, ids))
@@ -79,13 +81,11 @@ def new_heads(model: str, path: Path, heads: int, draft_vocab: int, docs: int = 
     source = resolve(model)
     tokenizer = load_tokenizer(source)
     corpus = Corpus(load_records("sharegpt"), tokenizer)
-    order = list(range(len(corpus)))
-    random.Random(TrainConfig.seed).shuffle(order)
-    counts: Counter[int] = Counter()
-    for doc in order[TrainConfig.eval_prompts : TrainConfig.eval_prompts + docs]:
-        counts.update(corpus.full_ids(doc))
-    ids = {t for t, _ in counts.most_common(draft_vocab)} | set(eos_token_ids(source, tokenizer))
+    first = TrainConfig.eval_prompts  # the trainer's first training document
+    training = document_order(len(corpus), TrainConfig.seed)[first : first + docs]
     target = load_transformer(source, "bf16")
+    frequent = most_frequent_ids(corpus, training, draft_vocab, target.config.vocab_size)
+    ids = set(frequent.tolist()) | set(eos_token_ids(source, tokenizer))
     vocab = torch.tensor(sorted(ids), dtype=torch.long)
     with torch.random.fork_rng():
         torch.manual_seed(TrainConfig.seed)

