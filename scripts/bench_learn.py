@@ -1,7 +1,8 @@
 """Learning while serving, measured: a stream of ShareGPT chats replayed one request at a
-time through `LLM(..., learn=True)` (the engine, drafter and background learner that
-`specdec serve --learn` runs), recording per request how many tokens each target pass
-emitted, which heads version drafted, and the learner's loss.
+time through `LLM(..., learn=True)` (the engine, drafter and learner that `specdec serve
+--learn` runs; the learner trains between engine steps within its budget), recording per
+request how many tokens each target pass emitted, which heads version drafted, and the
+learner's loss and training seconds.
 
 The stream is the tail of the speculator trainer's own seed-0 order of ShareGPT
 conversations (`train.Corpus` over `sharegpt`, shuffled with `TrainConfig.seed`): the
@@ -146,6 +147,7 @@ def replay(args) -> None:
                     "ttft_s": round(c.ttft_s, 4),
                     "heads_version": version,
                     "learner_steps": learner.get("steps"),
+                    "train_s": learner.get("train_s"),
                     "loss": learner.get("loss"),
                     "error": learner.get("error"),
                 }

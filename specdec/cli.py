@@ -58,14 +58,15 @@ def _model_args(p) -> None:
     p.add_argument(
         "--learn",
         action="store_true",
-        help="train the --draft speculator heads on the requests answered, in the background, "
-        "checkpointing into that directory (an empty or new one starts untrained heads)",
+        help="train the --draft speculator heads on the requests answered, between engine "
+        "steps and while idle, checkpointing into that directory (an empty or new one starts "
+        "untrained heads)",
     )
     p.add_argument(
         "--learn-budget",
         type=float,
         default=0.25,
-        help="share of wall time the heads trainer may be busy (default 0.25)",
+        help="share of the engine's wall time training may take while serving (default 0.25)",
     )
     p.add_argument(
         "--learn-heads", type=int, default=3, help="heads of untrained --learn heads (default 3)"

@@ -303,7 +303,16 @@ class Engine:
         touched = list(self.live)
         self._step(self.live, self._cache, self._drafter)
         self._drop_finished()
+        if self._drafter is not None:  # after the step's timings: not a cost `auto` prices
+            self._drafter.between_steps()
         return touched
+
+    def idle_work(self) -> bool:
+        """Nothing to serve: let the drafter use the time (a learner trains one
+        micro-batch). Returns whether it did anything; a server's loop asks while idle."""
+        if self.has_work or self._drafter is None:
+            return False
+        return self._drafter.between_steps(idle=True)
 
     def _admit(self) -> list[LiveSequence]:
         """Move waiting requests (FIFO) into free rows and prefill them. A request that

@@ -167,7 +167,6 @@ class LLM:
             from specdec.speculator.online import OnlineLearner
 
             self.learner = OnlineLearner(self.speculator, learn_config, out=draft)
-            self.learner.start()
         if self.tree is not None and self.speculator is None:
             raise InvalidParameterError("--tree needs speculator heads as --draft")
         tree_nodes = factory(1, 1).max_nodes if self.tree is not None else 0

@@ -21,6 +21,10 @@ has a history of committed tokens whose last token is not yet in any KV cache.
   the state each row's last committed token was sampled from (speculator heads draft from
   it); a learning drafter records them all. `DrafterBase` gives the do-nothing default, so
   the engine calls it unconditionally.
+- `between_steps(idle=False) -> bool`: the engine's time between its steps, after every
+  decode step and, with `idle`, while it has nothing to serve (a server's loop asks then);
+  a learning drafter trains its heads here (`specdec.speculator.online`). Returns whether
+  it used the time. `DrafterBase`'s default does nothing.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ class Drafter(Protocol):
 
     def observe_pass(self, states: PassStates) -> None: ...
 
+    def between_steps(self, idle: bool = False) -> bool: ...
+
 
 @dataclass(frozen=True)
 class PassStates:
@@ -84,3 +90,7 @@ class DrafterBase:
 
     def observe_pass(self, states: PassStates) -> None:
         """Most drafters ignore the target's states."""
+
+    def between_steps(self, idle: bool = False) -> bool:
+        """Most drafters have nothing to do between steps."""
+        return False

@@ -17,7 +17,8 @@ greedy rows, recursive rejection sampling over the children for rows that sample
 With a `learner` (`specdec.speculator.online.OnlineLearner`) the drafter also records the
 target's kept states and tokens of its rows for the learner, reports how many of its
 drafts were kept, and proposes with the learner's newest heads, taken once at the start of
-each proposal (the swap: a step drafts with one version throughout).
+each proposal (the swap: a step drafts with one version throughout); the learner trains in
+the engine's time between steps (`between_steps`).
 
 With `static_passes` the heads draft through `specdec.models.static_pass.StaticHeads`
 (bucketed by rows over this drafter's own `hidden`/`last` tensors; CUDA graphs with
@@ -148,6 +149,9 @@ class SpeculatorDrafter(DrafterBase):
         if self.learner is not None:
             self.learner.record_step(self._drafted, num_accepted)
             self.recorder.commit(next_tokens)
+
+    def between_steps(self, idle: bool = False) -> bool:
+        return self.learner is not None and self.learner.between_steps(idle)
 
     def move_row(self, src: int, dst: int) -> None:
         self.hidden[dst] = self.hidden[src]

@@ -147,7 +147,10 @@ class AsyncEngine:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                commands = self._take_commands(block=not self.engine.has_work)
+                # Idle time goes to the drafter (a learner trains) while it has a use for
+                # it; then commands are only polled, so a request waits one micro-batch.
+                idle = not self.engine.has_work
+                commands = self._take_commands(block=idle and not self.engine.idle_work())
                 if self.sync is not None:
                     commands = self.sync(commands)
                 self._apply(commands)

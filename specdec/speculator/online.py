@@ -5,16 +5,24 @@ state at every prompt and emitted position, and the tokens that followed. The dr
 `RequestRecorder` follows the engine's rows and, when a row finishes, puts its tokens
 `[S]` and states `[S - 1, E]` (the last token has none yet) into a bounded `TrafficBuffer`.
 An `OnlineLearner` trains a copy of the heads (the student, fp32) teacher-forced on windows
-of that buffer, exactly the trainer's objective (`train.head_losses`), in a background
-thread; every `publish_every` steps it publishes an inference copy, and the drafter takes
-the newest one at the start of its next proposal: one reference assignment, so a step
-drafts with one version from start to end. Output stays lossless whatever the heads are:
-they only propose, the acceptor decides.
+of that buffer, exactly the trainer's objective (`train.head_losses`), in the time the
+engine gives it between steps; every `publish_every` optimizer steps it publishes an
+inference copy, and the drafter takes the newest one at the start of its next proposal: one
+reference assignment, so a step drafts with one version from start to end. Output stays
+lossless whatever the heads are: they only propose, the acceptor decides.
 
-Budget: the thread sleeps after each training step so that it is busy at most `budget` of
-wall time (on a CPU its matmuls share the cores with the engine; the budget bounds that
-share, it does not pin cores). A failure in the thread is kept in `error` (and logged);
-training stops there and serving goes on with the last published heads.
+Budget: training runs in the engine's own thread, between its steps, one micro-batch of
+windows at a time (gradients accumulate over `batch_size / micro_batch` of them before an
+optimizer step), so it never competes with a step for the cores. After a step
+(`between_steps`), a micro-batch runs only once the serving time since the last one has
+earned it: training takes at most `budget` of the wall time, so a learning engine serves at
+least `1 - budget` of the throughput it would without, and no step waits for more than one
+micro-batch. While the engine has nothing to do (`between_steps(idle=True)`, from the
+server's loop) it trains without a budget, but only about one pass over the traffic that
+arrived since (an idle server does not spin on old data). (On two CPU cores a trainer
+thread beside the engine cost 24-36% of decode throughput at a 0.25 budget: every busy
+second of it stalls the engine's parallel regions.) A failure is kept in `error` (and
+logged); training stops there and serving goes on with the last published heads.
 
 Checkpoints go to the heads directory (`config.json` + `model.safetensors`, replaced file by
 file after a complete write, plus `learn_state.json` and `learn_optimizer.pt`); a server
@@ -26,6 +34,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -47,10 +56,11 @@ OPTIMIZER = "learn_optimizer.pt"
 
 @dataclass(frozen=True)
 class LearnConfig:
-    budget: float = 0.25  # share of wall time the trainer thread may be busy, (0, 1]
+    budget: float = 0.25  # share of the engine's wall time training may take, (0, 1]
     buffer_tokens: int = 1 << 16  # tokens kept (oldest requests leave first)
     min_tokens: int = 256  # tokens buffered before training starts
-    batch_size: int = 8  # windows per step
+    batch_size: int = 8  # windows per optimizer step
+    micro_batch: int = 2  # windows per forward and backward: the longest wait of a step
     seq_len: int = 64  # positions per window
     lr: float = 1e-3  # AdamW, constant
     publish_every: int = 5  # training steps between swaps
@@ -65,7 +75,8 @@ class LearnConfig:
 
         check(0 < self.budget <= 1, f"budget must be in (0, 1], got {self.budget}")
         check(self.buffer_tokens >= self.seq_len, "buffer_tokens must be >= seq_len")
-        check(self.batch_size >= 1 and self.publish_every >= 1, "sizes must be >= 1")
+        sizes = (self.batch_size, self.micro_batch, self.publish_every)
+        check(min(sizes) >= 1, "batch_size, micro_batch and publish_every must be >= 1")
         check(self.checkpoint_every >= 0 and self.window >= 1, "intervals must be >= 0")
 
 
@@ -121,9 +132,11 @@ class TrafficBuffer:
 class OnlineLearner:
     """Trains a copy of `heads` on the traffic buffer and publishes it as `current`.
 
-    `train_steps(n)` trains in the caller's thread (tests, or a caller that owns the
-    schedule); `start()` runs the budgeted background thread, `close()` stops it and
-    checkpoints. `out`: the heads directory to checkpoint to and resume from (None: no files).
+    The engine gives it time through its drafter: `between_steps()` after every step and
+    `between_steps(idle=True)` while idle (see the module's "Budget"). `train_steps(n)`
+    trains n optimizer steps at once in the caller's thread (tests, or a caller that owns
+    the schedule). `close()` checkpoints. `out`: the heads directory to checkpoint to and
+    resume from (None: no files).
     """
 
     def __init__(
@@ -138,10 +151,16 @@ class OnlineLearner:
         self.opt = torch.optim.AdamW(self.student.trainable, lr=cfg.lr, betas=(0.9, 0.95))
         self.version, self.steps, self.loss = 0, 0, None
         self.error: str | None = None
+        self.closed = False
+        self.train_s = 0.0  # seconds spent training, in all
+        self._windows, self._batch_loss = 0, 0.0  # of the optimizer step being accumulated
+        self._micro_s = 0.0  # running estimate of one micro-batch's seconds (0: not timed)
+        self._credit = 0.0  # training seconds the serving time has earned
+        self._idle_tokens = 0  # tokens idle training may still go through (new traffic)
+        self._clock = time.perf_counter  # (a test's fake clock replaces it)
+        self._tick = self._clock()  # the end of the last `between_steps`
         self._acceptance: deque[tuple[int, torch.Tensor]] = deque(maxlen=cfg.window)
         self._rng = random.Random(cfg.seed)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._resume()
 
     # --- what the drafters call ---
@@ -150,6 +169,7 @@ class OnlineLearner:
         """A finished row: tokens [S] and the states at the first S - 1 of them."""
         if len(tokens) >= self.current.config.n_predict + 2:
             self.buffer.add(tokens, hidden)
+            self._idle_tokens += len(tokens)
 
     def record_step(self, drafted: int, num_accepted: torch.Tensor) -> None:
         """One engine step of `drafted` heads per row and the drafts kept `[B]` (kept as a
@@ -157,36 +177,89 @@ class OnlineLearner:
         if drafted:
             self._acceptance.append((drafted, num_accepted.detach()))
 
+    def between_steps(self, idle: bool = False) -> bool:
+        """The engine's time between its steps. After a step: one micro-batch once the
+        wall time served since the last call has earned it (`budget` of wall time; at most
+        one micro-batch saved up). `idle` (nothing to serve): one micro-batch while the
+        traffic that arrived since has not been gone through once. Returns whether it
+        trained. Never raises: a failure stops training and is reported."""
+        cfg = self.cfg
+        seen = cfg.micro_batch * cfg.seq_len  # tokens one micro-batch goes through
+        now = self._clock()
+        if idle:
+            due = self._idle_tokens >= seen
+        else:
+            b = cfg.budget
+            earned = (now - self._tick) * b / (1 - b) if b < 1 else math.inf
+            self._credit = min(self._credit + earned, self._micro_s)
+            due = self._credit >= self._micro_s
+        trained = False
+        if due and self.ready:
+            try:  # the engine's step runs in inference mode: training needs autograd back
+                with torch.inference_mode(False), torch.enable_grad():
+                    self._micro_step()
+            except Exception as err:  # reported, never raised into serving
+                self.error = f"{type(err).__name__}: {err}"
+                logger.exception(
+                    "specdec: the heads trainer failed; serving goes on with heads version %d",
+                    self.version,
+                )
+            else:
+                trained = True
+            spent = self._clock() - now
+            self.train_s += spent
+            self._micro_s = spent if not self._micro_s else 0.8 * self._micro_s + 0.2 * spent
+            if idle:
+                self._idle_tokens -= seen
+            else:
+                self._credit -= spent
+        self._tick = self._clock()
+        return trained
+
     # --- training ---
 
+    @property
+    def ready(self) -> bool:
+        """Enough traffic buffered, and neither failed nor closed."""
+        return not (self.error or self.closed) and self.buffer.tokens >= self.cfg.min_tokens
+
+    @property
+    def training(self) -> bool:
+        return not (self.error or self.closed)
+
     def train_steps(self, n: int) -> int:
-        """Up to n teacher-forced steps on the buffer; returns the steps taken."""
+        """Up to n optimizer steps on the buffer, now; returns the steps taken."""
         done = 0
-        for _ in range(n):
-            if self.buffer.tokens < self.cfg.min_tokens:
-                break
-            self._train_step()
-            done += 1
+        while done < n and self.ready:
+            done += self._micro_step()
         return done
 
-    def _train_step(self) -> None:
+    def _micro_step(self) -> bool:
+        """Forward and backward over one micro-batch of windows; the optimizer step (and
+        any publish or checkpoint) when they complete a batch. Returns whether it stepped."""
         from specdec.speculator.train import head_losses
 
-        L = max(self.cfg.seq_len, self.student.config.n_predict + 3)
-        hidden, tokens, valid = self.buffer.sample(self.cfg.batch_size, L, self._rng)
+        cfg = self.cfg
+        B = min(cfg.micro_batch, cfg.batch_size - self._windows)
+        L = max(cfg.seq_len, self.student.config.n_predict + 3)
+        hidden, tokens, valid = self.buffer.sample(B, L, self._rng)
         device = self.student.proj[0].weight.device
         loss, m = head_losses(self.student, hidden.to(device), tokens.to(device), valid.to(device))
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss * (B / cfg.batch_size)).backward()  # the batch's mean, accumulated
+        self._windows += B
+        self._batch_loss += m.loss * B / cfg.batch_size
+        if self._windows < cfg.batch_size:
+            return False
         torch.nn.utils.clip_grad_norm_(self.student.trainable, 1.0)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.steps += 1
-        self.loss = m.loss
-        if self.steps % self.cfg.publish_every == 0:
+        self.loss, self._windows, self._batch_loss = self._batch_loss, 0, 0.0
+        if self.steps % cfg.publish_every == 0:
             self.publish()
-        if self.cfg.checkpoint_every and self.steps % self.cfg.checkpoint_every == 0:
+        if cfg.checkpoint_every and self.steps % cfg.checkpoint_every == 0:
             self.checkpoint()
+        return True
 
     def publish(self) -> None:
         """The student's weights, in the serving dtype, become `current` (one assignment)."""
@@ -195,35 +268,12 @@ class OnlineLearner:
         self.current = served.eval().requires_grad_(False)
         self.version += 1
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="specdec-learn", daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        b = self.cfg.budget
-        try:
-            while not self._stop.is_set():
-                started = time.perf_counter()
-                trained = self.train_steps(1)
-                busy = time.perf_counter() - started
-                self._stop.wait(busy * (1 - b) / b if trained else 0.05)
-        except Exception as err:  # reported, never raised into serving
-            self.error = f"{type(err).__name__}: {err}"
-            logger.exception(
-                "specdec: the heads trainer failed; serving goes on with heads version %d",
-                self.version,
-            )
-
-    @property
-    def training(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def close(self) -> None:
-        """Stop the thread and checkpoint what was published."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        """Stop training and checkpoint what was learnt (a half-accumulated batch is
+        dropped)."""
+        if self.closed:
+            return
+        self.closed = True
         if self.error is None and self.steps:
             self.publish()
         self.checkpoint()
@@ -277,6 +327,8 @@ class OnlineLearner:
             ],
             "mean_accepted_length": round(1 + sum(kept) / reached[0], 4) if reached[0] else None,
             "training": self.training,
+            "train_s": round(self.train_s, 3),
+            "micro_batch_s": round(self._micro_s, 4),
             "error": self.error,
         }
 
