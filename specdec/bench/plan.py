@@ -19,14 +19,19 @@ WORKLOADS = ("code", "sharegpt", "synthetic")
 # Methods whose prompt length comes from the prompts themselves; synthetic prompts are cut
 # to each --prompt-lens value.
 NATURAL_LENGTH = ("code", "sharegpt")
-PEERS = ("hf-generate", "hf-assisted", "llamacpp")
+PEERS = ("hf-generate", "hf-assisted", "llamacpp", "vllm")  # and vllm-draft-kN (`is_peer`)
 # Peers that decode one sequence at a time (transformers' assisted generation and
 # llama-cpp-python's high-level API): planned at batch 1 only.
 BATCH1_ONLY = ("hf-assisted", "llamacpp")
 _METHOD = re.compile(
     r"^(plain|draft-k\d+|draft-auto|ngram-auto|ngram-k\d+|heads-k\d+|heads-auto|heads-tree|"
-    r"hf-generate|hf-assisted|llamacpp)$"
+    r"hf-generate|hf-assisted|llamacpp|vllm|vllm-draft-k\d+)$"
 )
+
+
+def is_peer(method: str) -> bool:
+    """Another implementation (transformers, llama.cpp, vLLM), not one of ours."""
+    return method in PEERS or method.startswith("vllm-")
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,8 @@ class Point:
     @property
     def window(self) -> int | str | None:
         """k for a fixed-window method, "auto", "tree", or None (plain and peers)."""
+        if is_peer(self.method):
+            return None
         if self.method.endswith("-auto"):
             return "auto"
         if self.method == "heads-tree":
@@ -129,7 +136,8 @@ def check_methods(methods: tuple[str, ...]) -> None:
     if bad:
         raise InvalidParameterError(
             f"unknown method(s) {', '.join(bad)}: use plain, draft-kN, draft-auto, ngram-auto, "
-            "ngram-kN, heads-kN, heads-auto, heads-tree, hf-generate, hf-assisted, llamacpp"
+            "ngram-kN, heads-kN, heads-auto, heads-tree, hf-generate, hf-assisted, llamacpp, "
+            "vllm, vllm-draft-kN"
         )
     if "plain" not in methods:
         raise InvalidParameterError("the methods must include plain (speedups are relative to it)")

@@ -27,9 +27,11 @@ import statistics
 import time
 from collections.abc import Callable
 
+import torch
+
 from specdec.bench import peers, workloads
 from specdec.bench.costs import measure_costs
-from specdec.bench.plan import PEERS, Point
+from specdec.bench.plan import Point, is_peer
 from specdec.config import SamplingParams
 from specdec.distributed import shared_window
 from specdec.drafters import NgramDrafter
@@ -77,6 +79,7 @@ class Runner:
         tp: int = 1,
         draft_tp: int = 1,
         cuda_graphs: bool = True,
+        vllm_python: str | None = None,
     ) -> None:
         self.model_name, self.draft_name = model, draft
         self.dtype, self.device, self.k_max = dtype, device, k_max
@@ -105,6 +108,8 @@ class Runner:
         self.heads_tree, self.heads_candidates = heads_tree, heads_candidates
         self._prompts: dict[str, list[list[int]]] = {}
         self._hf: dict[str, object] = {}
+        self.vllm_python = vllm_python
+        self._vllm: tuple[int, object] | None = None  # (draft k, VllmPeer): one alive at a time
         self._warm: set[tuple[str, int]] = set()
 
     # ------------------------------------------------------------------ prompts
@@ -175,7 +180,7 @@ class Runner:
     # ------------------------------------------------------------------ measuring
 
     def measure(self, point: Point) -> dict:
-        if self.tp > 1 and point.method in PEERS:
+        if self.tp > 1 and is_peer(point.method):
             raise Skip(
                 f"{point.method} runs the whole model in one process: not under tensor "
                 f"parallelism (--tp {self.tp})"
@@ -186,6 +191,8 @@ class Runner:
             run = self._hf_runner(point, prompts)
         elif point.method == "llamacpp":
             run = self._llamacpp_runner(point, prompts)
+        elif point.method.startswith("vllm"):
+            run = self._vllm_runner(point, prompts)
         else:
             run = self._engine_runner(point, prompts, params)
         warm_key = (point.method, point.batch)
@@ -347,6 +354,52 @@ class Runner:
             return None if short else (out, None, 0.0)
 
         return run
+
+    def _vllm_runner(self, point: Point, prompts) -> Callable:
+        """vLLM in its own environment (`vllm_peer`): plain, or `vllm-draft-kN` with its
+        draft-model speculation of N tokens on the same draft model as ours."""
+        if self.vllm_python is None:
+            raise Skip(
+                "vLLM runs from a virtual environment of its own: give its interpreter with "
+                "--vllm-python (see specdec.bench.vllm_peer)"
+            )
+        k = int(point.method.rsplit("-k", 1)[1]) if point.method != "vllm" else 0
+        if k and self.draft_name is None:
+            raise Skip("no draft model given (--draft)")
+        if self._vllm is None or self._vllm[0] != k:
+            from specdec.bench.vllm_peer import VllmError, VllmPeer
+            from specdec.models.registry import resolve
+
+            self.close()  # one vLLM process at a time: each holds its models and KV cache
+            context = self.llm.model.config.max_position_embeddings
+            try:
+                peer = VllmPeer(
+                    self.vllm_python,
+                    resolve(self.model_name, self.dtype),
+                    resolve(self.draft_name, self.dtype) if k else None,
+                    k=k,
+                    max_model_len=min(8192, context),
+                    threads=torch.get_num_threads(),
+                )
+            except VllmError as err:
+                raise Skip(str(err)) from None
+            self._vllm = (k, peer)
+        peer = self._vllm[1]
+        stops = sorted(self.llm.eos_ids)
+
+        def run(short: bool):
+            n = 4 if short else self.max_tokens
+            chosen = prompts[:1] if short else prompts
+            out = peer.generate(chosen, n, point.temperature, stops, self.ignore_eos, point.batch)
+            return None if short else (out, None, 0.0)
+
+        return run
+
+    def close(self) -> None:
+        """Stop a peer process this runner started."""
+        if self._vllm is not None:
+            self._vllm[1].close()
+            self._vllm = None
 
     def _row(
         self,

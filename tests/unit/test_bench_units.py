@@ -170,6 +170,8 @@ def test_point_keys_and_windows():
     assert p.cost_key == "synthetic|len=64|batch=4"
     assert Point("code", None, 1, 0.0, "ngram-auto").window == "auto"
     assert Point("code", None, 1, 0.0, "hf-generate").window is None
+    assert Point("code", None, 1, 0.0, "vllm-draft-k4").window is None  # a peer's own k
+    check_methods(("plain", "vllm", "vllm-draft-k4"))
 
 
 def test_bad_methods():

@@ -1,0 +1,76 @@
+"""vLLM as a benchmark peer, run by vLLM's own interpreter (`specdec bench --vllm-python`).
+
+vLLM pins its own torch and transformers, so it lives in a virtual environment of its own
+and this file runs there as a script: it imports vLLM and the standard library, never
+specdec. `specdec.bench.vllm_peer` starts it, and they talk in JSON lines:
+
+    argv:   one JSON object: {"model": DIR, "draft": DIR or null, "k": int,
+                              "dtype": "bfloat16", "max_model_len": int, "seed": int}
+    stdout: {"ready": true} once the model is loaded; then one reply per request line
+    stdin:  {"prompts": [[ids]], "max_tokens": n, "temperature": t, "stop_ids": [ids],
+             "ignore_eos": bool, "batch": b}
+            -> {"tokens": [[new ids]], "wall_s": s}  (prompts go b at a time)
+
+Anything vLLM prints goes to stderr, so stdout carries the protocol alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+
+
+def main() -> None:
+    setup = json.loads(sys.argv[1])
+    protocol = sys.stdout
+    sys.stdout = sys.stderr  # vLLM's own prints must not reach the protocol stream
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    options = {}
+    if setup.get("draft"):
+        options["speculative_config"] = {
+            "method": "draft_model",
+            "model": setup["draft"],
+            "num_speculative_tokens": setup["k"],
+        }
+    llm = LLM(
+        model=setup["model"],
+        dtype=setup.get("dtype", "bfloat16"),
+        max_model_len=setup["max_model_len"],
+        seed=setup.get("seed", 0),
+        **options,
+    )
+    _reply(protocol, {"ready": True})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        ask = json.loads(line)
+        params = SamplingParams(
+            temperature=ask["temperature"],
+            max_tokens=ask["max_tokens"],
+            min_tokens=ask["max_tokens"] if ask["ignore_eos"] else 0,
+            ignore_eos=ask["ignore_eos"],
+            stop_token_ids=ask["stop_ids"],
+            seed=setup.get("seed", 0),
+        )
+        prompts = [TokensPrompt(prompt_token_ids=ids) for ids in ask["prompts"]]
+        b = max(1, ask.get("batch", len(prompts)))
+        started = time.perf_counter()
+        tokens = []
+        for i in range(0, len(prompts), b):
+            outs = llm.generate(prompts[i : i + b], params, use_tqdm=False)
+            tokens += [list(o.outputs[0].token_ids) for o in outs]
+        _reply(protocol, {"tokens": tokens, "wall_s": time.perf_counter() - started})
+
+
+def _reply(stream, message: dict) -> None:
+    stream.write(json.dumps(message) + "\n")
+    stream.flush()
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
+        main()
