@@ -15,7 +15,11 @@ Modes (`--mode`):
   frozen  the learner trains on the stream but never publishes: the heads that draft stay
           the starting ones, so the time against `off` is what learning costs the engine;
   off     no learner, the starting heads.
-`frozen` and `off` work on a scratch copy of `--heads`, which they never change.
+  cost    in one process, request by request in turn: an engine with no learner, one whose
+          learner records the traffic but never trains, and one whose learner trains at
+          `--budget` but never publishes (the same heads draft in all three), so the
+          ratios of their wall times are what recording and learning cost, side by side.
+`frozen`, `off` and `cost` work on a scratch copy of `--heads`, which they never change.
 
 Each finished request is appended to OUT/requests-MODE.jsonl, and a run started again
 skips the requests already there (the learner resumes from the checkpoint it keeps in
@@ -52,7 +56,8 @@ from specdec.speculator.train import (
     most_frequent_ids,
 )
 
-MODES = ("learn", "frozen", "off")
+MODES = ("learn", "frozen", "off")  # and "cost" (`measure_cost`)
+COST_ENGINES = ("off", "record", "train")
 NEVER = 10**9  # publish_every of a learner whose heads never reach the drafter
 
 
@@ -171,6 +176,82 @@ def replay(args) -> None:
     meta.write_text(json.dumps(runs, indent=1))
 
 
+def measure_cost(args) -> None:
+    """The three engines of `--mode cost` on one loaded target, each request on each of
+    them in a rotating order (so none always runs first), logged as wall seconds each."""
+    from specdec.cost_model import FixedWindow
+    from specdec.drafters import SpeculatorDrafter
+    from specdec.engine import Engine
+    from specdec.llm import build_acceptor
+    from specdec.speculator.online import OnlineLearner
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "requests-cost.jsonl"
+    done = _done(log)
+    scratch = Path(tempfile.mkdtemp(prefix="specdec-heads-"))
+    heads_dir = Path(shutil.copytree(args.heads, scratch / "heads"))
+    llm = LLM(args.model, draft=str(heads_dir), quant=args.quant, dtype=args.dtype)
+    heads = llm.speculator
+    learners = {
+        "off": None,
+        "record": OnlineLearner(heads, LearnConfig(min_tokens=1 << 62, publish_every=NEVER)),
+        "train": OnlineLearner(heads, LearnConfig(budget=args.budget, publish_every=NEVER)),
+    }
+
+    def engine(learner):
+        def drafter(rows: int, length: int):
+            return SpeculatorDrafter(heads, rows, learner=learner)
+
+        window = FixedWindow(args.speculate)
+        acceptor = build_acceptor("rejection")
+        return Engine(
+            llm.model, llm.tokenizer, llm.eos_ids, 1, drafter, acceptor, window,
+            **llm.engine_options,
+        )  # fmt: skip
+
+    engines = {name: engine(learner) for name, learner in learners.items()}
+    stream = replay_stream(llm.tokenizer, args.requests, args.max_prompt_tokens)
+    params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
+    todo = [(i, d, ids) for i, (d, ids) in enumerate(stream) if i >= args.first and i not in done]
+    todo = todo[: args.limit] if args.limit else todo
+    print(f"cost: {len(done)} done, {len(todo)} to go", flush=True)
+    if todo:
+        engines["off"].generate([todo[0][2]], [params])  # warm the kernels
+    with log.open("a") as f:
+        for n, (i, doc, ids) in enumerate(todo):
+            walls, generated, trained_before = {}, set(), learners["train"].train_s
+            for name in COST_ENGINES[n % 3 :] + COST_ENGINES[: n % 3]:
+                if learners[name] is not None:
+                    learners[name].restart_clock()  # the others' time earns it nothing
+                started = time.perf_counter()
+                [c] = engines[name].generate([ids], [params])
+                walls[name] = round(time.perf_counter() - started, 4)
+                generated.add(c.num_generated)
+            train = learners["train"]
+            row = {"request": i, "doc": doc, "prompt_tokens": len(ids)}
+            row |= {"generated": generated.pop(), "same_length": not generated, "wall_s": walls}
+            row |= {"train_s": round(train.train_s - trained_before, 4)}  # in this request
+            row |= {"learner_steps": train.steps}
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            print(json.dumps(row), flush=True)
+
+
+def cost_summary(rows: list[dict]) -> dict:
+    """Throughput with a recording and with a training learner, over none, on the same
+    requests (ratios of summed wall time), and the share of wall time spent training."""
+    wall = {name: sum(r["wall_s"][name] for r in rows) for name in COST_ENGINES}
+    return {
+        "requests": len(rows),
+        "generated": sum(r["generated"] for r in rows),
+        "wall_s": {name: round(w, 3) for name, w in wall.items()},
+        "throughput_record_over_off": round(wall["off"] / wall["record"], 4),
+        "throughput_train_over_off": round(wall["off"] / wall["train"], 4),
+        "train_share_of_wall": round(sum(r["train_s"] for r in rows) / wall["train"], 4),
+    }
+
+
 def _rows(out: Path, mode: str) -> list[dict]:
     path = out / f"requests-{mode}.jsonl"
     if not path.exists():
@@ -229,9 +310,13 @@ def report(args) -> None:
             "off_decode_tok_s": decode_tok_s(off),
             "ratio": round(decode_tok_s(frozen) / decode_tok_s(off), 4),
         }
+    cost_rows = _rows(out, "cost")
+    if cost_rows:
+        summary["learning_cost_in_process"] = cost_summary(cost_rows)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
-    plot(summary, out / "learning.png")
+    if summary["modes"]:
+        plot(summary, out / "learning.png")
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -261,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--report", action="store_true", help="summarize OUT and plot; no replay")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--heads", help="heads folder (empty or missing: untrained heads)")
-    ap.add_argument("--mode", choices=MODES, default="learn")
+    ap.add_argument("--mode", choices=(*MODES, "cost"), default="learn")
     ap.add_argument("--requests", type=int, default=500, help="length of the stream")
     ap.add_argument("--limit", type=int, default=0, help="replay at most this many now")
     ap.add_argument("--first", type=int, default=0, help="start the replay at this request")
@@ -283,6 +368,10 @@ def main(argv: list[str] | None = None) -> None:
     if not args.heads:
         ap.error("--heads is required to replay")
     args.speculate = args.speculate if args.speculate == "auto" else int(args.speculate)
+    if args.mode == "cost":
+        if args.speculate == "auto":
+            ap.error("--mode cost drafts a fixed window: give --speculate K")
+        return measure_cost(args)
     replay(args)
 
 

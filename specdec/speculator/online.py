@@ -216,6 +216,11 @@ class OnlineLearner:
         self._tick = self._clock()
         return trained
 
+    def restart_clock(self) -> None:
+        """Serving (re)starts now: the time since the last step earns no training (for a
+        caller that interleaves engines on one machine, as a side-by-side benchmark does)."""
+        self._tick = self._clock()
+
     # --- training ---
 
     @property

@@ -56,3 +56,21 @@ def test_a_resumed_replay_skips_what_is_logged(tmp_path, script):
     _write(tmp_path / "requests-learn.jsonl", [_row(i, 4, 1, 1.0) for i in (0, 1, 3)])
     assert bench._done(tmp_path / "requests-learn.jsonl") == {0, 1, 3}
     assert bench._done(tmp_path / "missing.jsonl") == set()
+
+
+def test_in_process_cost_summary(tmp_path, script):
+    """--mode cost logs each request's wall time on the three engines; the report gives
+    the throughput ratios over summed wall time and training's share of it."""
+    bench = script("bench_learn")
+    walls = [{"off": 2.0, "record": 2.1, "train": 2.5}, {"off": 2.0, "record": 2.1, "train": 2.5}]
+    rows = [
+        dict(request=i, doc=i, prompt_tokens=9, generated=8, same_length=True, wall_s=w,
+             train_s=0.5, learner_steps=i)
+        for i, w in enumerate(walls)
+    ]  # fmt: skip
+    _write(tmp_path / "requests-cost.jsonl", rows)
+    bench.main(["--out", str(tmp_path), "--report"])
+    cost = json.loads((tmp_path / "summary.json").read_text())["learning_cost_in_process"]
+    assert cost["requests"] == 2 and cost["generated"] == 16
+    assert cost["throughput_record_over_off"] == round(2 / 2.1, 4)
+    assert cost["throughput_train_over_off"] == 0.8 and cost["train_share_of_wall"] == 0.2
