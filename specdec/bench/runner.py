@@ -380,6 +380,7 @@ class Runner:
                     k=k,
                     max_model_len=min(8192, context),
                     threads=torch.get_num_threads(),
+                    dtype=self.dtype,
                 )
             except VllmError as err:
                 raise Skip(str(err)) from None

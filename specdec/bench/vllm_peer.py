@@ -11,8 +11,10 @@ bench times each call from here, as it times its own methods.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -34,6 +36,7 @@ class VllmPeer:
         k: int = 4,
         max_model_len: int = 4096,
         threads: int | None = None,
+        dtype: str = "bf16",
     ) -> None:
         python = Path(python).expanduser()
         if not python.is_file():
@@ -42,7 +45,7 @@ class VllmPeer:
             "model": str(model),
             "draft": None if draft is None else str(draft),
             "k": k,
-            "dtype": "bfloat16",
+            "dtype": {"bf16": "bfloat16", "fp32": "float32"}[dtype],
             "max_model_len": max_model_len,
             "seed": 0,
         }
@@ -58,8 +61,13 @@ class VllmPeer:
             stderr=self._log,
             text=True,
             env=env,
+            start_new_session=True,  # its own process group: vLLM starts engine processes
         )
-        self._read()  # {"ready": true} once loaded
+        try:
+            self._read()  # {"ready": true} once loaded
+        except BaseException:
+            self.close()
+            raise
 
     def generate(
         self,
@@ -90,7 +98,10 @@ class VllmPeer:
         line = self._proc.stdout.readline()
         if not line:
             raise VllmError(self._died("exited" if self._proc.poll() is not None else "hung up"))
-        return json.loads(line)
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            raise VllmError(f"the vLLM worker wrote {line[:200]!r}, not a JSON reply") from None
 
     def _died(self, how: str) -> str:
         self._log.flush()
@@ -99,11 +110,16 @@ class VllmPeer:
         return f"the vLLM worker {how} (code {self._proc.poll()}); its log ends:\n{tail}"
 
     def close(self) -> None:
+        """End the worker (its stdin closed) and whatever it started (its process group)."""
         if self._proc.poll() is None:
-            self._proc.stdin.close()
+            with contextlib.suppress(BrokenPipeError):
+                self._proc.stdin.close()
             try:
                 self._proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._log.close()
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGKILL)  # engine processes left behind
+        self._proc.wait()
+        if not self._log.closed:
+            self._log.close()
