@@ -216,8 +216,10 @@ class Runner:
         # time); with more threads it also counts threads spinning at barriers.
         # Not under tensor parallelism: a rank waiting on the others' collectives uses no
         # CPU, so its CPU time is not the work a step costs (cpu_s is rank 0's alone).
-        row["cpu_s"] = round(cpu, 4)
-        row["cpu_tokens_per_s"] = round(generated / cpu, 4) if cpu > 0 and self.tp == 1 else None
+        # Not for vLLM either: it decodes in a process of its own.
+        counted = self.tp == 1 and not point.method.startswith("vllm")
+        row["cpu_s"] = round(cpu, 4) if counted else None
+        row["cpu_tokens_per_s"] = round(generated / cpu, 4) if cpu > 0 and counted else None
         # Other processes' load while it ran (1-minute average, all CPUs): a point measured
         # under load above the core count shares its CPUs and is slower than it should be.
         row["load_1m"] = round(os.getloadavg()[0], 2)

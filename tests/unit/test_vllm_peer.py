@@ -94,6 +94,7 @@ def test_bench_runs_vllm_plain_and_with_its_draft_model(fake_vllm, tmp_path):
     for method in ("vllm", "vllm-draft-k2"):
         assert rows[method]["status"] == "ok", rows[method]
         assert rows[method]["generated_tokens"] == 2 * 5 and rows[method]["window"] is None
+        assert rows[method]["cpu_tokens_per_s"] is None  # its work is another process's
     assert "--vllm-python" in data["command"]
     assert fake_vllm.read_text().count("\n") == 2  # one worker per setup, loaded once each
 
