@@ -188,7 +188,12 @@ def _train_speculator_args(sub) -> None:
     p.add_argument("--eval-max-tokens", type=int, default=64)
     p.add_argument("--no-chat", action="store_true", help="no chat template on conversations")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="the target's")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=["bf16", "fp32"],
+        help="the target's (default bf16, fp32 on a CPU without bf16 instructions)",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
@@ -429,7 +434,7 @@ def cmd_bench_serve(args) -> None:
 def cmd_train_speculator(args) -> None:
     import torch
 
-    from specdec.speculator.train import TrainConfig, train_speculator
+    from specdec.speculator.train import TrainConfig, target_dtype, train_speculator
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -455,7 +460,9 @@ def cmd_train_speculator(args) -> None:
         chat=not args.no_chat,
         seed=args.seed,
     )
-    train_speculator(args.model, args.data, args.out, cfg, dtype=args.dtype, device=args.device)
+    dtype = args.dtype or target_dtype(args.device)
+    print(f"specdec: the target runs in {dtype}", file=sys.stderr)
+    train_speculator(args.model, args.data, args.out, cfg, dtype=dtype, device=args.device)
     results = Path(args.out) / "eval.json"
     if results.is_file():
         print(results.read_text(), end="")
