@@ -768,7 +768,8 @@ def target_dtype(device: str = "cpu") -> str:
     """The target's dtype when none is given: bf16, except on a CPU without bf16 matmul
     instructions, where bf16 is emulated and the target's many-token passes (the states the
     heads learn from) are far slower than in fp32: a 256-token pass of the Qwen 1.5B ran
-    at 7.8 tok/s in bf16 and 35.5 in fp32 on a 2-thread AVX2 Zen 3."""
+    at 8.1 tok/s in bf16 and 52.0 in fp32 on a 2-thread AVX2 Zen 3
+    (`scripts/bench_train_dtype.py`)."""
     if torch.device(device).type != "cpu":
         return "bf16"
     return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"

@@ -268,7 +268,7 @@ def test_stage1_cut_in_the_fresh_phase_resumes_bit_exactly(target, tmp_path, mon
 
 def test_the_target_dtype_follows_the_cpus_bf16_support(monkeypatch):
     """bf16 unless the CPU lacks bf16 matmul instructions (emulated bf16 made the target's
-    states 4.5x slower than fp32 on an AVX2 CPU); bf16 on a GPU."""
+    states 6.4x slower than fp32 on an AVX2 CPU); bf16 on a GPU."""
     import torch
 
     from specdec.speculator.train import target_dtype
