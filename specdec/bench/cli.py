@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from specdec.bench.plan import PRESETS, Point, build_points, is_peer, override
+from specdec.bench.plan import PRESETS, Point, build_points, is_peer, override, vllm_draft_k
 from specdec.bench.results import ResultStore
 from specdec.errors import InvalidParameterError, SpecdecError
 
@@ -252,7 +252,8 @@ def _command(preset, args) -> str:
     words += ["--ignore-eos"] if args.ignore_eos else []
     words += ["--synthetic-source", args.synthetic_source]
     words += ["--threads", str(args.threads)] if args.threads else []
-    if getattr(args, "vllm_python", None) and any(m.startswith("vllm") for m in preset.methods):
+    vllm = any(vllm_draft_k(m) is not None for m in preset.methods)
+    if getattr(args, "vllm_python", None) and vllm:
         words += ["--vllm-python", args.vllm_python]
     words += ["--price-per-hour", f"{args.price_per_hour:g}"] if args.price_per_hour else []
     return shlex.join(words)

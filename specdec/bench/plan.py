@@ -29,9 +29,18 @@ _METHOD = re.compile(
 )
 
 
+def vllm_draft_k(method: str) -> int | None:
+    """For a vLLM method, the tokens its draft model proposes per step (0: `vllm`, plain);
+    None for any other method."""
+    if method == "vllm":
+        return 0
+    match = re.fullmatch(r"vllm-draft-k(\d+)", method)
+    return int(match.group(1)) if match else None
+
+
 def is_peer(method: str) -> bool:
     """Another implementation (transformers, llama.cpp, vLLM), not one of ours."""
-    return method in PEERS or method.startswith("vllm-")
+    return method in PEERS or vllm_draft_k(method) is not None
 
 
 @dataclass(frozen=True)

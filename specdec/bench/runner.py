@@ -31,7 +31,7 @@ import torch
 
 from specdec.bench import peers, workloads
 from specdec.bench.costs import measure_costs
-from specdec.bench.plan import Point, is_peer
+from specdec.bench.plan import Point, is_peer, vllm_draft_k
 from specdec.config import SamplingParams
 from specdec.distributed import shared_window
 from specdec.drafters import NgramDrafter
@@ -191,7 +191,7 @@ class Runner:
             run = self._hf_runner(point, prompts)
         elif point.method == "llamacpp":
             run = self._llamacpp_runner(point, prompts)
-        elif point.method.startswith("vllm"):
+        elif vllm_draft_k(point.method) is not None:
             run = self._vllm_runner(point, prompts)
         else:
             run = self._engine_runner(point, prompts, params)
@@ -217,7 +217,7 @@ class Runner:
         # Not under tensor parallelism: a rank waiting on the others' collectives uses no
         # CPU, so its CPU time is not the work a step costs (cpu_s is rank 0's alone).
         # Not for vLLM either: it decodes in a process of its own.
-        counted = self.tp == 1 and not point.method.startswith("vllm")
+        counted = self.tp == 1 and vllm_draft_k(point.method) is None
         row["cpu_s"] = round(cpu, 4) if counted else None
         row["cpu_tokens_per_s"] = round(generated / cpu, 4) if cpu > 0 and counted else None
         # Other processes' load while it ran (1-minute average, all CPUs): a point measured
@@ -365,7 +365,7 @@ class Runner:
                 "vLLM runs from a virtual environment of its own: give its interpreter with "
                 "--vllm-python (see specdec.bench.vllm_peer)"
             )
-        k = int(point.method.rsplit("-k", 1)[1]) if point.method != "vllm" else 0
+        k = vllm_draft_k(point.method)
         if k and self.draft_name is None:
             raise Skip("no draft model given (--draft)")
         if self._vllm is None or self._vllm[0] != k:

@@ -10,7 +10,7 @@ specdec. `specdec.bench.vllm_peer` starts it, and they talk in JSON lines:
     stdout: {"ready": true} once the model is loaded; then one reply per request line
     stdin:  {"prompts": [[ids]], "max_tokens": n, "temperature": t, "stop_ids": [ids],
              "ignore_eos": bool, "batch": b}
-            -> {"tokens": [[new ids]], "wall_s": s}  (prompts go b at a time)
+            -> {"tokens": [[new ids]]}  (prompts go b at a time; the bench times the call)
 
 Anything vLLM prints, its engine processes included, goes to stderr: the protocol keeps a
 duplicate of the original stdout and file descriptor 1 is pointed at stderr.
@@ -66,12 +66,11 @@ def main() -> None:
         )
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids in ask["prompts"]]
         b = max(1, ask.get("batch", len(prompts)))
-        started = time.perf_counter()
         tokens = []
         for i in range(0, len(prompts), b):
             outs = llm.generate(prompts[i : i + b], params, use_tqdm=False)
             tokens += [list(o.outputs[0].token_ids) for o in outs]
-        _reply(protocol, {"tokens": tokens, "wall_s": time.perf_counter() - started})
+        _reply(protocol, {"tokens": tokens})
 
 
 def _exit_with_parent() -> None:

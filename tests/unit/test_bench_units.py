@@ -172,6 +172,9 @@ def test_point_keys_and_windows():
     assert Point("code", None, 1, 0.0, "hf-generate").window is None
     assert Point("code", None, 1, 0.0, "vllm-draft-k4").window is None  # a peer's own k
     check_methods(("plain", "vllm", "vllm-draft-k4"))
+    from specdec.bench.plan import vllm_draft_k
+
+    assert [vllm_draft_k(m) for m in ("vllm", "vllm-draft-k4", "draft-k4")] == [0, 4, None]
 
 
 def test_bad_methods():
