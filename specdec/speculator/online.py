@@ -224,13 +224,14 @@ class OnlineLearner:
     # --- training ---
 
     @property
-    def ready(self) -> bool:
-        """Enough traffic buffered, and neither failed nor closed."""
-        return not (self.error or self.closed) and self.buffer.tokens >= self.cfg.min_tokens
+    def training(self) -> bool:
+        """Neither failed nor closed."""
+        return not (self.error or self.closed)
 
     @property
-    def training(self) -> bool:
-        return not (self.error or self.closed)
+    def ready(self) -> bool:
+        """Training, with enough traffic buffered."""
+        return self.training and self.buffer.tokens >= self.cfg.min_tokens
 
     def train_steps(self, n: int) -> int:
         """Up to n optimizer steps on the buffer, now; returns the steps taken."""
