@@ -98,6 +98,21 @@ def new_heads(model: str, path: Path, heads: int, draft_vocab: int, docs: int = 
         build_speculator(target, n_predict=heads, draft_vocab=vocab).save(path)
 
 
+def _scratch_copy(heads: Path) -> Path:
+    """A copy of the heads folder that a run may change (the starting heads stay as
+    they are)."""
+    scratch = Path(tempfile.mkdtemp(prefix="specdec-heads-"))
+    return Path(shutil.copytree(heads, scratch / "heads"))
+
+
+def _todo(args, tokenizer, done: set[int]) -> list[tuple[int, int, list[int]]]:
+    """(request, document, prompt ids) still to replay: from `--first`, not in `done`, at
+    most `--limit` of them."""
+    stream = replay_stream(tokenizer, args.requests, args.max_prompt_tokens)
+    todo = [(i, d, ids) for i, (d, ids) in enumerate(stream) if i >= args.first and i not in done]
+    return todo[: args.limit] if args.limit else todo
+
+
 def _done(path: Path) -> set[int]:
     if not path.exists():
         return set()
@@ -113,8 +128,7 @@ def replay(args) -> None:
     if args.mode == "learn" and args.draft_vocab and not (heads / "config.json").exists():
         new_heads(args.model, heads, args.learn_heads, args.draft_vocab)
     if args.mode != "learn":  # the starting heads, untouched by this run
-        scratch = Path(tempfile.mkdtemp(prefix="specdec-heads-"))
-        heads = Path(shutil.copytree(heads, scratch / "heads"))
+        heads = _scratch_copy(heads)
     config = LearnConfig(budget=args.budget, publish_every=NEVER if args.mode == "frozen" else 5)
     llm = LLM(
         args.model,
@@ -127,10 +141,8 @@ def replay(args) -> None:
         learn_config=config,
         learn_heads=args.learn_heads,
     )
-    stream = replay_stream(llm.tokenizer, args.requests, args.max_prompt_tokens)
+    todo = _todo(args, llm.tokenizer, done)
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    todo = [(i, d, ids) for i, (d, ids) in enumerate(stream) if i >= args.first and i not in done]
-    todo = todo[: args.limit] if args.limit else todo
     print(f"{args.mode}: {len(done)} done, {len(todo)} to go, heads {heads}", flush=True)
     try:
         with log.open("a") as f:
@@ -189,8 +201,7 @@ def measure_cost(args) -> None:
     out.mkdir(parents=True, exist_ok=True)
     log = out / "requests-cost.jsonl"
     done = _done(log)
-    scratch = Path(tempfile.mkdtemp(prefix="specdec-heads-"))
-    heads_dir = Path(shutil.copytree(args.heads, scratch / "heads"))
+    heads_dir = _scratch_copy(Path(args.heads))
     llm = LLM(args.model, draft=str(heads_dir), quant=args.quant, dtype=args.dtype)
     heads = llm.speculator
     learners = {
@@ -211,10 +222,8 @@ def measure_cost(args) -> None:
         )  # fmt: skip
 
     engines = {name: engine(learner) for name, learner in learners.items()}
-    stream = replay_stream(llm.tokenizer, args.requests, args.max_prompt_tokens)
+    todo = _todo(args, llm.tokenizer, done)
     params = SamplingParams(temperature=0, max_tokens=args.max_tokens)
-    todo = [(i, d, ids) for i, (d, ids) in enumerate(stream) if i >= args.first and i not in done]
-    todo = todo[: args.limit] if args.limit else todo
     print(f"cost: {len(done)} done, {len(todo)} to go", flush=True)
     if todo:
         engines["off"].generate([todo[0][2]], [params])  # warm the kernels
