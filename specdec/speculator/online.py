@@ -82,7 +82,8 @@ class LearnConfig:
 
 class TrafficBuffer:
     """Finished requests as (tokens [S], states [S - 1, E]) segments, oldest evicted first
-    once more than `max_tokens` are held. Thread-safe: the engine adds, the trainer samples."""
+    once more than `max_tokens` are held. The engine's thread adds and samples; locked, so
+    that a caller's own `train_steps` in another thread may sample too."""
 
     def __init__(self, max_tokens: int) -> None:
         self.max_tokens = max_tokens
