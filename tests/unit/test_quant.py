@@ -119,8 +119,9 @@ def test_q4_quantize_keeps_zero_groups_and_zero_activations_finite():
 
 def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypatch):
     """The native int4 kernel (built on first use where AVX2 + FMA exist) against its
-    float64 PyTorch reference, for 1..9 rows, and row by row equal to a one-row call: a
-    decode step and a verify pass through it compute the same numbers."""
+    float64 PyTorch reference, for 1..9, 12 and 16 rows (one pass over the weights up to 8
+    rows, even passes past that), and row by row equal to a one-row call: a decode step and
+    a verify pass through it compute the same numbers."""
     monkeypatch.setenv("SPECDEC_NATIVE", "1")
     native.q4_gemv.cache_clear()
     try:
@@ -132,7 +133,7 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
         torch.manual_seed(0)
         for k in (64, 576, 1536):
             q4 = q4_quantize(torch.randn(24, k) * 0.05)
-            for rows in range(1, 10):
+            for rows in [*range(1, 10), 12, 16]:
                 x = torch.randn(rows, k)
                 x[0, :32] = 0  # a zero group and, below, a zero row
                 if rows > 1:
