@@ -85,8 +85,11 @@ def _onednn(layer, fmt, x):
 
 
 def _native_bf16(layer, fmt, x):  # bf16 weights widened in registers (native/bf16_gemv.cpp)
-    op, xf = native.bf16_gemv(), x.float()
-    out = torch.cat([op(xf[i : i + 8], layer.weight) for i in range(0, x.shape[0], 8)])
+    # At most 8 rows a call, split evenly: 9 rows as 5 + 4, not 8 + 1 (a second stream of
+    # the weights for one row).
+    op, xf, rows = native.bf16_gemv(), x.float(), x.shape[0]
+    step = -(-rows // -(-rows // 8))
+    out = torch.cat([op(xf[i : i + step], layer.weight) for i in range(0, rows, step)])
     return (out if layer.bias is None else out + layer.bias.float()).to(x.dtype)
 
 

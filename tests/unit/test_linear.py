@@ -149,6 +149,11 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
     ref = F.linear(x.float(), layer.weight.float(), layer.bias.float())
     torch.testing.assert_close(layer.run("native_bf16", x).float(), ref, atol=2e-2, rtol=1e-2)
     assert "native_bf16" in layer.kernels()
+    # However the rows are split into calls (9 as 5 + 4), each row's numbers are a
+    # one-row call's: a verify pass scores its tokens as one-token steps would.
+    one_by_one = torch.cat([layer.run("native_bf16", x[i : i + 1]) for i in range(19)])
+    for rows in (9, 12, 19):
+        assert torch.equal(layer.run("native_bf16", x[:rows]), one_by_one[:rows])
     # Off by environment: the candidate disappears, PyTorch kernels remain.
     native.bf16_gemv.cache_clear()
     monkeypatch.setenv("SPECDEC_NATIVE", "0")
