@@ -48,8 +48,27 @@ def test_every_candidate_equals_f_linear(dtype, rows):
 
 def test_half_precision_offers_fp32_upcasts_and_fp32_does_not():
     bf16, fp32 = _layers(torch.bfloat16, n=1)[0], _layers(torch.float32, n=1)[0]
-    assert "fp32_upcast" in bf16.kernels() and "fp32_upcast" not in fp32.kernels()
+    for name in ("fp32_upcast", "fp32_panels"):
+        assert name in bf16.kernels() and name not in fp32.kernels()
     assert set(fp32.kernels()) >= {"linear", "mv_mm"}
+
+
+def test_fp32_panels_widen_the_weights_panel_by_panel(monkeypatch):
+    """Panels of 16 output rows (the smallest) over 56 outputs: three whole panels and a
+    part, each written to its own rows of the output, with the bias, from a layer whose
+    weights require grad (as a model's do outside inference mode)."""
+    from specdec.models import linear
+
+    monkeypatch.setattr(linear, "PANEL_BYTES", 16 * 64 * 4)
+    torch.manual_seed(0)
+    layer = Linear(64, 56).to(torch.bfloat16)
+    x = torch.randn(40, 64).to(torch.bfloat16)
+    ref = F.linear(x.float(), layer.weight.float(), layer.bias.float())
+    out = layer.run("fp32_panels", x)
+    assert out.dtype == torch.bfloat16 and out.shape == (40, 56)
+    torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=2e-2)
+    # The same products as one fp32 GEMM over the whole widened matrix, up to its rounding.
+    torch.testing.assert_close(out, layer.run("fp32_upcast", x), atol=1e-2, rtol=1e-2)
 
 
 def test_buckets_cover_every_row_count():
