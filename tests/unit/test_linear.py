@@ -97,8 +97,10 @@ def test_tune_kernels_plans_every_bucket_and_forward_follows_it(tmp_path):
     assert len(chosen) == 2  # two shapes: 48x64 with bias, 32x48 without
     for entry in chosen.values():
         assert set(entry["plan"]) == {str(b) for b in BUCKETS}
-        for rows, times in entry["seconds"].items():
-            assert times[entry["plan"][rows]] == min(times.values())  # the fastest measured
+        for rows, times in entry["seconds"].items():  # the fastest over the bucket's ends
+            low = entry["seconds_low"][rows]
+            summed = {name: t + low[name] for name, t in times.items()}
+            assert summed[entry["plan"][rows]] == min(summed.values())
     layer = model[0]
     assert layer.plan and set(layer.formats) <= set(layer.plan.values())  # losers dropped
     calls = []
@@ -180,6 +182,24 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
         assert "native_bf16" not in layer.kernels() and "linear" in layer.kernels()
     finally:
         native.bf16_gemv.cache_clear()
+
+
+def test_a_bucket_is_planned_for_its_lowest_row_count_too(tmp_path, monkeypatch):
+    """Bucket 16 serves 9-16 rows. A kernel whose cost does not grow with the rows (14 per
+    layer, like one that widens the weights first) beats one that grows (1 per row) at 16
+    rows but not at 9: the plan takes the least sum over both ends, and keeps both."""
+    cost = {"fp32_panels": lambda rows: 14.0, "linear": float}
+    monkeypatch.setattr(
+        kernel_tuning,
+        "_time",
+        lambda group, name, x, best: cost.get(name, lambda rows: 1e3)(x.shape[0]) * len(group),
+    )
+    chosen = kernel_tuning.tune_kernels(_model(), cache=tmp_path / "k.json")
+    entry = chosen["Linear 48x64 bfloat16 bias"]
+    assert entry["seconds"]["16"]["linear"] == 16.0 and entry["seconds_low"]["16"]["linear"] == 9.0
+    assert entry["seconds_low"]["1"] == entry["seconds"]["1"]
+    assert entry["plan"]["8"] == entry["plan"]["16"] == "linear"  # 5 + 8, 9 + 16 < 14 + 14
+    assert entry["plan"]["32"] == entry["plan"]["256"] == "fp32_panels"  # 17 + 32 > 28
 
 
 def test_a_plan_without_every_bucket_is_measured_again(tmp_path, monkeypatch):
