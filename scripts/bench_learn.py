@@ -37,7 +37,9 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -129,7 +131,15 @@ def replay(args) -> None:
         new_heads(args.model, heads, args.learn_heads, args.draft_vocab)
     if args.mode != "learn":  # the starting heads, untouched by this run
         heads = _scratch_copy(heads)
-    config = LearnConfig(budget=args.budget, publish_every=NEVER if args.mode == "frozen" else 5)
+    # A checkpoint every 10 training steps (not 50), and a stop by SIGTERM runs the
+    # `finally` below like Ctrl-C: a replay cut short resumes with the heads and optimizer
+    # its logged requests trained, not an older checkpoint's.
+    config = LearnConfig(
+        budget=args.budget,
+        publish_every=NEVER if args.mode == "frozen" else 5,
+        checkpoint_every=10,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     llm = LLM(
         args.model,
         draft=str(heads),
