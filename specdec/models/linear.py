@@ -96,7 +96,10 @@ def _fp32_panels(layer, fmt, x):
     step = max(16, PANEL_BYTES // (4 * n_in) // 16 * 16)
     scratch = getattr(_panel_scratch, "buffer", None)
     if scratch is None or scratch.numel() < step * n_in:
-        scratch = _panel_scratch.buffer = torch.empty(step * n_in, dtype=torch.float32)
+        # A normal tensor, not an inference one: written in place in and out of
+        # inference mode alike (an inference tensor refuses writes outside it).
+        with torch.inference_mode(False):
+            scratch = _panel_scratch.buffer = torch.empty(step * n_in, dtype=torch.float32)
     xt = x.float().t()  # [in, rows]
     out_t = torch.empty(n_out, x.shape[0], dtype=torch.float32)  # [out, rows]
     for first in range(0, n_out, step):

@@ -60,9 +60,13 @@ def test_fp32_panels_widen_the_weights_panel_by_panel(monkeypatch):
     from specdec.models import linear
 
     monkeypatch.setattr(linear, "PANEL_BYTES", 16 * 64 * 4)
+    monkeypatch.setattr(linear._panel_scratch, "buffer", None, raising=False)
     torch.manual_seed(0)
     layer = Linear(64, 56).to(torch.bfloat16)
     x = torch.randn(40, 64).to(torch.bfloat16)
+    with torch.inference_mode():  # the reused buffer is born here (as when tuning) ...
+        layer.run("fp32_panels", x)
+    # ... and written to again outside inference mode below.
     ref = F.linear(x.float(), layer.weight.float(), layer.bias.float())
     out = layer.run("fp32_panels", x)
     assert out.dtype == torch.bfloat16 and out.shape == (40, 56)
