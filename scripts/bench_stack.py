@@ -14,7 +14,7 @@ import statistics
 
 import torch
 
-from specdec.bench.costs import forward_seconds
+from specdec.bench.costs import stacks_in_turn
 from specdec.llm import LLM
 from specdec.models.kernel_tuning import machine
 
@@ -32,15 +32,8 @@ def main() -> None:
     report = {"machine": machine(), "threads": torch.get_num_threads(), "models": {}}
     for name in MODELS:
         model = LLM(name, quant="int4").engine.model
-        stack = model.decode_stack
-        runs = {"stack": {w: [] for w in widths}, "eager": {w: [] for w in widths}}
-        for _ in range(args.repeats):
-            for way in runs:
-                model.decode_stack = stack if way == "stack" else None
-                seconds = forward_seconds(model, 1, widths, args.context)
-                for w in widths:
-                    runs[way][w].append(seconds[w] * 1e3)
-        model.decode_stack = stack
+        stacks = {"stack": model.decode_stack, "eager": None}
+        runs = stacks_in_turn(model, stacks, widths, args.context, args.repeats)
         table = {
             way: {w: round(statistics.median(t), 1) for w, t in r.items()}
             for way, r in runs.items()

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load
 
-from specdec.bench.costs import forward_seconds
+from specdec.bench.costs import stacks_in_turn
 from specdec.llm import LLM
 from specdec.models.decode_stack import DecodeStack
 from specdec.models.kernel_tuning import machine
@@ -62,14 +62,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as build:
         stacks = {"this": model.decode_stack}
         stacks[args.rev] = DecodeStack(model, stack_class_at(args.rev, Path(build)))
-        runs = {way: {w: [] for w in widths} for way in stacks}
-        for _ in range(args.repeats):
-            for way, stack in stacks.items():
-                model.decode_stack = stack
-                seconds = forward_seconds(model, 1, widths, args.context)
-                for w in widths:
-                    runs[way][w].append(seconds[w] * 1e3)
-    model.decode_stack = stacks["this"]
+        runs = stacks_in_turn(model, stacks, widths, args.context, args.repeats)
     median = {way: {w: statistics.median(t) for w, t in r.items()} for way, r in runs.items()}
     report = {
         "machine": machine(),

@@ -79,6 +79,27 @@ def forward_seconds(
     return {t: min(ts) for t, ts in times.items()}
 
 
+def stacks_in_turn(
+    model, stacks: dict[str, object], widths: tuple[int, ...], context: int, repeats: int
+) -> dict[str, dict[int, list[float]]]:
+    """{name: {T: ms of each repeat}}: `forward_seconds` at batch 1 for each of `stacks`
+    (decode stacks to put in `model.decode_stack`; None runs the eager layers), taking
+    turns within each repeat so a neighbour's busy spell slows them alike. The model's
+    own stack is back in place afterwards."""
+    own = model.decode_stack
+    runs = {name: {t: [] for t in widths} for name in stacks}
+    try:
+        for _ in range(repeats):
+            for name, stack in stacks.items():
+                model.decode_stack = stack
+                seconds = forward_seconds(model, 1, widths, context)
+                for t in widths:
+                    runs[name][t].append(seconds[t] * 1e3)
+    finally:
+        model.decode_stack = own
+    return runs
+
+
 def cost_clock(model) -> Callable[[], float]:
     """CPU time on one CPU thread (the work done, whatever share of the cores neighbours
     take: on a shared machine wall time moved single passes several-fold), wall time
