@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specdec.models import native
 from specdec.models.linear import BUCKETS, Linear
 
 REPEATS = 5
@@ -55,7 +56,9 @@ def cpu_info() -> tuple[str, str]:
 
 
 def machine() -> dict[str, str | int]:
-    """What decides which kernel is fastest: the CPU, its features, cores, torch, threads."""
+    """What decides which kernel is fastest: the CPU, its features, cores, torch, threads,
+    and the native kernels' sources (a faster native kernel must be measured again, and
+    `auto`'s cached costs with it)."""
     model, flags = cpu_info()
     return {
         "cpu": model,
@@ -63,6 +66,7 @@ def machine() -> dict[str, str | int]:
         "cores": os.cpu_count() or 1,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "native": native.sources_digest(),
     }
 
 

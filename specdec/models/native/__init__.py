@@ -47,6 +47,14 @@ def decode_stack():
     return None if module is None else module.DecodeStack
 
 
+@cache
+def sources_digest() -> str:
+    """A digest of this folder's C++ sources: the native kernels' version."""
+    sources = sorted([*HERE.glob("*.cpp"), *HERE.glob("*.h")])
+    text = json.dumps([(path.name, path.read_text()) for path in sources])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def _build(name: str):
     """Compile (or load the earlier build of) `<name>.cpp`, or None where it cannot be."""
     # Imported here: kernel_tuning imports linear.py, which imports this module.
@@ -61,10 +69,9 @@ def _build(name: str):
 
         from specdec.models.registry import cache_root
 
-        # The build depends on the CPU and torch, not on how many threads will run it.
+        # The build depends on the CPU, torch and the sources (machine() names all three; torch
+        # alone would not rebuild for a changed header), not on how many threads run it.
         built_for = {k: v for k, v in machine().items() if k != "threads"}
-        # torch rebuilds when a source changes, not when a header it includes does.
-        built_for["headers"] = [(h.name, h.read_text()) for h in sorted(HERE.glob("*.h"))]
         key = hashlib.sha256(json.dumps(built_for, sort_keys=True).encode()).hexdigest()[:16]
         build = cache_root() / "native" / key
         build.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,12 @@ inline float hsum(__m256 v) {
 
 // R rows of x against output rows [begin, end) of W [N, K], T output rows at a time (T
 // independent weight streams keep more loads in flight); K % 8 == 0.
+//
+// Each block of T weight rows asks for the next block's bytes as it reads its own (a
+// software prefetch one block ahead, a cache line per row every 32 weights). The hardware
+// prefetchers alone lose the stream at each row's end when rows are short: measured on a
+// Zen 3 for the 1.5B's K = 1536 shapes, 1-4 rows streamed 15-26 GB/s without it and 23-32
+// with it (the read bandwidth is 32-33).
 template <int R, int T>
 void rows_times_weights(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N,
                         int64_t begin, int64_t end) {
@@ -33,7 +39,11 @@ void rows_times_weights(const float* x, const uint16_t* w, float* y, int64_t K, 
     __m256 acc[T][R];
     for (int t = 0; t < T; ++t)
       for (int r = 0; r < R; ++r) acc[t][r] = _mm256_setzero_ps();
+    const uint16_t* next_block = w + (n + T) * K;  // prefetching past W's end is harmless
     for (int64_t k = 0; k < K; k += 8) {
+      if (k % 32 == 0)
+        for (int t = 0; t < T; ++t)
+          _mm_prefetch(reinterpret_cast<const char*>(next_block + t * K + k), _MM_HINT_T0);
       for (int t = 0; t < T; ++t) {
         __m256 wf = widen(w + (n + t) * K + k);
         for (int r = 0; r < R; ++r)

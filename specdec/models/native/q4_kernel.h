@@ -57,6 +57,12 @@ Activations quantize_rows(const In* xin, int64_t R, int64_t K, int64_t S) {
   return a;
 }
 
+// Weight rows a row's loop prefetches ahead of itself. A row of the 1.5B's K = 1536 shapes
+// is 768 bytes of nibbles, too short for the hardware prefetchers to follow from one row to
+// the next: measured on a Zen 3, 1-2 rows streamed 21-24 GB/s without software prefetch and
+// 24-29 with it, 2 to 8 rows ahead alike (prefetching past the arrays' end is harmless).
+constexpr int64_t PREFETCH_ROWS = 4;
+
 // Rows [0, R) of the quantized activations against output rows [begin, end) of W. The
 // integer accumulators take registers (one per row); the float ones live in a small array
 // touched once per super-block, which lets one pass over a weight row serve up to 8 rows
@@ -76,7 +82,13 @@ void rows_times_weights(const Activations& a, int64_t row0, const uint8_t* qs, c
     for (int r = 0; r < R; ++r) _mm256_store_ps(facc[r], _mm256_setzero_ps());
     const uint8_t* qn = qs + n * (K / 2);
     const uint8_t* scn = sc + n * G;
+    // Ask for the weight row PREFETCH_ROWS ahead while this one is read (see PREFETCH_ROWS).
+    const char* ahead = reinterpret_cast<const char*>(qn + PREFETCH_ROWS * (K / 2));
+    _mm_prefetch(reinterpret_cast<const char*>(sc + (n + PREFETCH_ROWS) * G), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(mn + (n + PREFETCH_ROWS) * G), _MM_HINT_T0);
     for (int64_t s = 0; s < S; ++s) {
+      _mm_prefetch(ahead + s * 128, _MM_HINT_T0);  // a super-block's 128 bytes: two lines
+      _mm_prefetch(ahead + s * 128 + 64, _MM_HINT_T0);
       const int64_t pairs = (std::min(K, (s + 1) * SB) - s * SB) / 64;
       __m256i iacc[R];
       for (int r = 0; r < R; ++r) iacc[r] = _mm256_setzero_si256();
