@@ -1,9 +1,11 @@
-"""The int4 decode stack against the eager layers, pass by pass: ms of a forward pass of
+"""The native decode stack against the eager layers, pass by pass: ms of a forward pass of
 1, 2, 3, 5 and 9 new tokens at batch 1 after `--context` tokens (logits at every new
-position, as a verify pass computes them), for the 1.5B target and the 0.5B draft in int4.
-Stack and eager take turns within each repeat, so machine load hits both alike; medians.
+position, as a verify pass computes them), for the 1.5B target and the 0.5B draft in int4
+(`--quant none`: bf16 weights, the bf16 stack). Stack and eager take turns within each
+repeat, so machine load hits both alike; medians.
 
     .venv/bin/python scripts/bench_stack.py --out bench-out/stack-passes.json
+    .venv/bin/python scripts/bench_stack.py --quant none --models qwen2.5-coder-1.5b-instruct
 """
 
 from __future__ import annotations
@@ -26,12 +28,17 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,3,5,9")
     ap.add_argument("--context", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--quant", default="int4", choices=["int4", "none"])
+    ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     widths = tuple(int(r) for r in args.rows.split(","))
-    report = {"machine": machine(), "threads": torch.get_num_threads(), "models": {}}
-    for name in MODELS:
-        model = LLM(name, quant="int4").engine.model
+    report = {"machine": machine(), "threads": torch.get_num_threads(), "quant": args.quant}
+    report["models"] = {}
+    for name in args.models.split(","):
+        model = LLM(name, quant=args.quant).engine.model
+        if model.decode_stack is None:
+            raise SystemExit(f"{name}: no native decode stack here (native build or AVX2 missing)")
         stacks = {"stack": model.decode_stack, "eager": None}
         runs = stacks_in_turn(model, stacks, widths, args.context, args.repeats)
         table = {

@@ -1,4 +1,4 @@
-"""Every decoder layer of a small int4 step in one native call (native/decode_stack.cpp).
+"""Every decoder layer of a small int4 or bf16 step in one native call (native/decode_stack.cpp).
 
 Why: once the int4 kernel streams the weights at the memory's speed, what is left of a
 decode step on a CPU is PyTorch's per-op cost: ~40 ops per layer (norms, RoPE, cache writes,
@@ -8,9 +8,10 @@ eagerly, ~13 of them in the products. The native stack does the same computation
 same roundings (see the .cpp) and nothing else, and it is batch-invariant, so a verify pass
 scores each token exactly as a one-token step does.
 
-When it runs: the model is on the CPU, every projection of every layer is an
-`quant.Int4Linear`, the native build is available, and the step is small enough that the
-layers' measured plan runs it through the int4 kernel (`q4_native`; without a plan, up to
+When it runs: the model is on the CPU, every projection of every layer is a
+`quant.Int4Linear` (or every one a bf16 `linear.Linear` in a bf16 model), the native build
+is available, and the step is small enough that the layers' measured plan runs it through
+the native kernel (`q4_native` or `native_bf16`; without a plan, int4 steps of up to
 `PACKED_MAX_ROWS` rows). Prefills and everything else take the eager layers.
 `SPECDEC_FUSED=0` turns it off (for comparisons).
 """
@@ -23,18 +24,19 @@ import torch
 
 from specdec.models import native
 from specdec.models.kv_cache import KVCache
-from specdec.models.linear import bucket_of
+from specdec.models.linear import Linear, bucket_of
 from specdec.models.quant import PACKED_MAX_ROWS, Int4Linear, _q4_bias
 from specdec.models.transformer import Transformer
 
 
 class DecodeStack:
-    """The native stack over a quantized `Transformer`'s layers (it keeps references to the
-    layers' int4 buffers; the norms are copied)."""
+    """The native stack over a `Transformer`'s layers (it keeps references to the layers'
+    int4 buffers or bf16 weights; the norms are copied)."""
 
     def __init__(self, model: Transformer, native_stack) -> None:
         cfg = model.config
         self._probe = model.layers[0].mlp.gate_up_proj  # whose plan decides (all layers agree)
+        self._kernel = "q4_native" if type(self._probe) is Int4Linear else "native_bf16"
         self._stack = native_stack(
             [_layer_tensors(layer) for layer in model.layers],
             cfg.num_heads,
@@ -54,7 +56,9 @@ class DecodeStack:
     def takes(self, rows: int) -> bool:
         """Whether a step of `rows` new tokens in all should run here."""
         plan = self._probe.plan
-        return plan.get(bucket_of(rows)) == "q4_native" if plan else rows <= PACKED_MAX_ROWS
+        if not plan:  # untuned: int4 steps the int4 kernel serves well; bf16 ones stay eager
+            return self._kernel == "q4_native" and rows <= PACKED_MAX_ROWS
+        return plan.get(bucket_of(rows)) == self._kernel
 
     def run(
         self,
@@ -82,21 +86,34 @@ def _projections(layer) -> tuple:
 def _applies(model: Transformer) -> bool:
     cfg = model.config
     projections = [p for layer in model.layers for p in _projections(layer)]
+    int4 = all(type(p) is Int4Linear for p in projections)
+    bf16 = model.dtype == torch.bfloat16 and all(_native_bf16(p) for p in projections)
     return (
         model.device.type == "cpu"
         and model.dtype in (torch.float32, torch.bfloat16)
         and cfg.head_dim % 8 == 0
         and cfg.head_dim <= 512
-        and all(type(p) is Int4Linear for p in projections)
+        and (int4 or bf16)
     )
+
+
+def _native_bf16(p) -> bool:
+    """A plain bf16 `Linear` (not a tensor-parallel shard) the native bf16 kernel takes."""
+    return type(p) is Linear and "native_bf16" in p.kernels()
 
 
 def _layer_tensors(layer) -> list[torch.Tensor]:
     """The 26 tensors of a layer in decode_stack.cpp's order: the two norms, then qkv, o,
-    gate_up and down as (qs, sc, mn, d, dmin, fp32 bias or an empty tensor)."""
+    gate_up and down as (qs, sc, mn, d, dmin, fp32 bias or an empty tensor), bf16 ones as
+    (weight, four empty tensors, fp32 bias or an empty tensor)."""
     norms = layer.input_layernorm, layer.post_attention_layernorm
     tensors = [norm.weight.detach() for norm in norms]
     for p in _projections(layer):
-        bias = _q4_bias(p)  # the fp32 bias the int4 kernel adds, as the eager layer passes it
-        tensors += [*p.q4.tensors(), torch.empty(0) if bias is None else bias]
+        if type(p) is Int4Linear:
+            bias = _q4_bias(p)  # the fp32 bias the int4 kernel adds, as the eager layer does
+            tensors += [*p.q4.tensors(), torch.empty(0) if bias is None else bias]
+        else:  # bf16: the eager native_bf16 kernel adds the bias in fp32 too
+            bias = None if p.bias is None else p.bias.detach().float()
+            tensors += [p.weight.detach(), *[torch.empty(0)] * 4]
+            tensors += [torch.empty(0) if bias is None else bias]
     return tensors

@@ -122,12 +122,8 @@ def _onednn(layer, fmt, x):
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def _native_bf16(layer, fmt, x):  # bf16 weights widened in registers (native/bf16_gemv.cpp)
-    # At most 8 rows a call, split evenly: 9 rows as 5 + 4, not 8 + 1 (a second stream of
-    # the weights for one row).
-    op, xf, rows = native.bf16_gemv(), x.float(), x.shape[0]
-    step = -(-rows // -(-rows // 8))
-    out = torch.cat([op(xf[i : i + step], layer.weight) for i in range(0, rows, step)])
+def _native_bf16(layer, fmt, x):  # bf16 weights widened in registers (native/bf16_kernel.h)
+    out = native.bf16_gemv()(x.float(), layer.weight)  # [rows, N] fp32, 8 rows a weight stream
     return (out if layer.bias is None else out + layer.bias.float()).to(x.dtype)
 
 

@@ -300,7 +300,7 @@ def quantize(model: Transformer, kind: str, gguf: Path | None = None) -> Transfo
             f"quantization must be one of {', '.join(QUANTS)}, got {kind!r}"
         )
     if kind == "none":
-        return model
+        return _with_decode_stack(model)
     if model.device.type != "cpu":
         raise InvalidParameterError(f"{kind} quantization is implemented for CPU only")
     from specdec.models.gguf_q4 import GGUFWeights, QuantReport
@@ -320,10 +320,14 @@ def quantize(model: Transformer, kind: str, gguf: Path | None = None) -> Transfo
     if source is not None:
         log.info("specdec: %s: %s", Path(gguf).name, report.summary())
     model.quant_report = report
-    if kind == "int4":
-        from specdec.models.decode_stack import DecodeStack  # it imports this module
+    return _with_decode_stack(model)
 
-        model.decode_stack = DecodeStack.for_model(model)
+
+def _with_decode_stack(model: Transformer) -> Transformer:
+    """`model` with the native decode stack where it applies (int4 or bf16 projections)."""
+    from specdec.models.decode_stack import DecodeStack  # it imports this module
+
+    model.decode_stack = DecodeStack.for_model(model)
     return model
 
 

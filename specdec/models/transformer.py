@@ -155,8 +155,9 @@ class Transformer(nn.Module):
         self.register_buffer(
             "inv_freq", torch.tensor(cfg.inv_freq(), dtype=torch.float32), persistent=False
         )
-        # Set by `quant.quantize` where every layer is int4: the native stack that runs the
-        # layers of small steps in one call (`specdec.models.decode_stack`).
+        # Set by `quant.quantize` where every layer is int4 (or bf16 on a CPU the native bf16
+        # kernel serves): the native stack that runs the layers of small steps in one call
+        # (`specdec.models.decode_stack`).
         self.decode_stack = None
 
     @property

@@ -1,5 +1,5 @@
-"""The native decode stack (every layer of a small int4 step in one call) against the eager
-layers, its batch invariance, and when it is used."""
+"""The native decode stack (every layer of a small int4 or bf16 step in one call) against the
+eager layers, its batch invariance, and when it is used."""
 
 import pytest
 import torch
@@ -11,6 +11,7 @@ from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.models import native
 from specdec.models.decode_stack import DecodeStack
+from specdec.models.linear import BUCKETS, Linear
 from specdec.models.quant import quantize
 
 from tiny import hf_tiny, native_from_hf
@@ -22,18 +23,32 @@ def native_kernels():
     int4 layers alike, so both compute with the same int4 kernel."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPECDEC_NATIVE", "1")
-        native.q4_gemv.cache_clear()
-        native.decode_stack.cache_clear()
-        if native.decode_stack() is None or native.q4_gemv() is None:
+        kernels = native.q4_gemv, native.bf16_gemv, native.decode_stack
+        for kernel in kernels:
+            kernel.cache_clear()
+        if any(kernel() is None for kernel in kernels):
             pytest.skip("native kernels unavailable (no compiler or AVX2)")
         yield
-    native.q4_gemv.cache_clear()
-    native.decode_stack.cache_clear()
+    for kernel in kernels:
+        kernel.cache_clear()
 
 
 def _int4(kind="qwen2", dtype=torch.float32, seed=0, **overrides):
-    shape = dict(hidden_size=128, intermediate_size=256, **overrides)
+    shape = {"hidden_size": 128, "intermediate_size": 256, **overrides}
     model = quantize(native_from_hf(hf_tiny(kind, seed=seed, **shape), dtype), "int4")
+    assert isinstance(model.decode_stack, DecodeStack)
+    return model
+
+
+def _bf16(kind="qwen2", seed=0, **overrides):
+    """A bf16 model whose every projection runs the native bf16 kernel for up to 16 rows (as
+    tuning plans it on a CPU without bf16 arithmetic), so the eager layers and the stack
+    compute their products alike."""
+    shape = {"hidden_size": 128, "intermediate_size": 256, **overrides}
+    model = quantize(native_from_hf(hf_tiny(kind, seed=seed, **shape), torch.bfloat16), "none")
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.use({b: "native_bf16" if b <= 16 else "linear" for b in BUCKETS})
     assert isinstance(model.decode_stack, DecodeStack)
     return model
 
@@ -78,6 +93,34 @@ def test_stack_computes_what_the_eager_layers_compute(kind, dtype):
         close = 1e-5 if dtype == torch.float32 else 2e-2
         assert (diff <= close * scale).float().mean() > 0.99, diff.max()
         assert diff.max() < 0.05 * scale
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_bf16_stack_computes_what_the_eager_layers_compute(kind):
+    """bf16 weights: the same products as the eager native_bf16 layers, the same roundings;
+    PyTorch's attention rounds its probabilities to bf16 where the stack keeps fp32, so
+    values agree to a few bf16 steps."""
+    model = _bf16(kind)
+    fused, _ = _run(model, STEPS, True)
+    eager, _ = _run(model, STEPS, False)
+    for a, b in zip(fused, eager, strict=True):
+        a, b = a.float().clone(), b.float().clone()
+        a[1, 2:] = b[1, 2:] = 0  # row 1's padding in the ragged step
+        diff, scale = (a - b).abs(), b.abs().max()
+        assert (diff <= 2e-2 * scale).float().mean() > 0.99, diff.max()
+        assert diff.max() < 0.05 * scale
+
+
+@pytest.mark.parametrize("make", [_int4, _bf16], ids=["int4", "bf16"])
+def test_stack_with_odd_projection_widths(make):
+    """Sizes off the kernels' tiles (a 9-row verify, split 5 + 4; two query heads per kv
+    head; a 192-wide MLP, part of one int4 super-block) against the eager layers."""
+    model = make(num_key_value_heads=2, num_attention_heads=4, intermediate_size=192)
+    steps = [(torch.arange(40, 49).reshape(1, 9).repeat(2, 1), torch.tensor([9, 9]))]
+    fused, _ = _run(model, steps, True)
+    eager, _ = _run(model, steps, False)
+    diff, scale = (fused[0].float() - eager[0].float()).abs(), eager[0].float().abs().max()
+    assert diff.max() < 0.05 * scale
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -128,8 +171,28 @@ def test_stack_takes_the_steps_its_plan_gives_the_int4_kernel(monkeypatch):
     assert DecodeStack.for_model(model) is None
 
 
-def test_stack_only_for_all_int4_cpu_models():
-    dense = native_from_hf(hf_tiny("qwen2"))
+def test_bf16_stack_is_batch_invariant():
+    model = _bf16()
+    tokens = torch.tensor([[31, 32, 33, 34, 35], [41, 42, 43, 44, 45]])
+    at_once, _ = _run(model, [(tokens, torch.tensor([5, 5]))], True)
+    one_by_one, _ = _run(
+        model, [(tokens[:, i : i + 1], torch.tensor([1, 1])) for i in range(5)], True
+    )
+    assert torch.equal(at_once[0], torch.cat(one_by_one, dim=1))
+
+
+def test_bf16_stack_takes_the_steps_its_plan_gives_the_bf16_kernel():
+    model = _bf16()
+    stack = model.decode_stack
+    assert stack.takes(1) and stack.takes(16) and not stack.takes(17)
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.use({})
+    assert not stack.takes(1)  # untuned bf16 layers stay eager
+
+
+def test_stack_only_for_all_int4_or_bf16_cpu_models():
+    dense = native_from_hf(hf_tiny("qwen2"))  # fp32
     assert dense.decode_stack is None and DecodeStack.for_model(dense) is None
     assert quantize(native_from_hf(hf_tiny("qwen2")), "int8").decode_stack is None
     odd = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=96)), "int4")  # K % 64 != 0

@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 
 @cache
 def bf16_gemv():
-    """The compiled `bf16_gemv(x [R<=8, K] fp32, W [N, K] bf16) -> [R, N] fp32`, or None."""
+    """The compiled `bf16_gemv(x [R, K] fp32, W [N, K] bf16) -> [R, N] fp32`, or None."""
     module = _build("bf16_gemv")
     return None if module is None else module.bf16_gemv
 

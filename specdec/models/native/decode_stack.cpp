@@ -1,16 +1,17 @@
-// Every decoder layer of a decode or verify step in one call, for int4 models on CPUs with
-// AVX2 (`specdec.models.decode_stack` decides when).
+// Every decoder layer of a decode or verify step in one call, for int4 or bf16 models on CPUs
+// with AVX2 (`specdec.models.decode_stack` decides when).
 //
 // Why: at one to a few rows per step a layer's arithmetic is four int4 products and a few
 // loops over vectors of the hidden size, while the eager PyTorch layer spends ~40 ops on it
 // (norms, RoPE, cache writes, attention, activations), each a few microseconds of dispatch
 // and allocation. Measured on a Zen 3: a 0.5B int4 draft step took 46 ms eagerly, of which
-// its int4 products took ~13. Here nothing but the products and those loops is left.
+// its int4 products took ~13. Here nothing but the products and those loops is left. The
+// products are q4_kernel.h's for int4 weights and bf16_kernel.h's for bf16 ones.
 //
 // Numerics follow transformer.py op for op: each value PyTorch rounds to the model dtype
 // (bf16) is rounded here at the same point, so the result differs from the eager layers only
 // in the order of a few fp32 reductions (the norm's sum of squares, attention's dot products
-// and softmax). Batch-invariant like the int4 kernel: a row's result depends neither on how
+// and softmax). Batch-invariant like the two kernels: a row's result depends neither on how
 // many rows share the call nor on the keys it cannot see, so a verify pass scores each token
 // bitwise as a one-token step does.
 //
@@ -19,6 +20,7 @@
 // slots [B, T] (where each token's key/value is written), cos/sin [B, T, 1, D], span (keys
 // [0, span) exist) and an optional mask [B, 1, T, span] (None: every key of span is visible).
 
+#include "bf16_kernel.h"
 #include "q4_kernel.h"
 
 #include <pybind11/stl.h>
@@ -70,15 +72,27 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
 }
 
-struct Projection {  // one int4 layer (the buffers of quant.Int4Linear)
+struct Projection {  // one int4 layer (the buffers of quant.Int4Linear) or one bf16 layer
   at::Tensor qs, sc, mn, d, dmin, bias;  // bias fp32 [N], or empty
+  at::Tensor w;                          // bf16 [N, K], or undefined for int4
   int64_t N, K, S;
 };
 
-Projection projection(const std::vector<at::Tensor>& t, size_t at) {  // qs, sc, mn, d, dmin, bias
+// (qs, sc, mn, d, dmin, bias) of an int4 layer, or (weight, 4 empty tensors, bias) of a bf16
+// one.
+Projection projection(const std::vector<at::Tensor>& t, size_t at) {
+  if (t[at].scalar_type() == at::kBFloat16) {
+    Projection p{{}, {}, {}, {}, {}, t[at + 5].contiguous(), t[at].contiguous(), 0, 0, 0};
+    TORCH_CHECK(p.w.dim() == 2 && p.w.size(1) % 8 == 0, "bf16 weight: [N, K], K % 8 == 0");
+    TORCH_CHECK(p.bias.numel() == 0 || p.bias.scalar_type() == at::kFloat, "bias: fp32 or empty");
+    p.N = p.w.size(0);
+    p.K = p.w.size(1);
+    TORCH_CHECK(p.bias.numel() == 0 || p.bias.numel() == p.N, "bias: [N]");
+    return p;
+  }
   Projection p{t[at].contiguous(),     t[at + 1].contiguous(), t[at + 2].contiguous(),
                t[at + 3].contiguous(), t[at + 4].contiguous(), t[at + 5].contiguous(),
-               0, 0, 0};
+               {}, 0, 0, 0};
   TORCH_CHECK(p.qs.scalar_type() == at::kByte && p.d.scalar_type() == at::kFloat, "int4 buffers");
   TORCH_CHECK(p.bias.numel() == 0 || p.bias.scalar_type() == at::kFloat, "bias: fp32 or empty");
   p.N = p.qs.size(0);
@@ -89,8 +103,19 @@ Projection projection(const std::vector<at::Tensor>& t, size_t at) {  // qs, sc,
   return p;
 }
 
-// y [R, N] = x [R, K] @ W.T (+ bias), rounded to the model dtype as the int4 layer returns it.
+// y [R, N] = x [R, K] @ W.T (+ bias), rounded to the model dtype as the eager layer returns
+// it (the bf16 layer: `(x.float() @ W.T + bias.float()).to(bf16)`, quant.Int4Linear alike).
 void product(const Projection& p, const float* x, int64_t R, float* y, const Round& rnd) {
+  if (p.w.defined()) {
+    bf16::run(x, R, reinterpret_cast<const uint16_t*>(p.w.data_ptr<at::BFloat16>()), y, p.K, p.N);
+    if (p.bias.numel()) {
+      const float* b = p.bias.data_ptr<float>();
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t n = 0; n < p.N; ++n) y[r * p.N + n] += b[n];
+    }
+    round_all(y, R * p.N, rnd);
+    return;
+  }
   const q4::Activations a = q4::quantize_rows(x, R, p.K, p.S);
   q4::run(a, R, p.qs.data_ptr<uint8_t>(), p.sc.data_ptr<uint8_t>(), p.mn.data_ptr<uint8_t>(),
           p.d.data_ptr<float>(), p.dmin.data_ptr<float>(),
@@ -239,13 +264,14 @@ struct Layer {
 class DecodeStack {
  public:
   // layers[i]: input norm, post-attention norm, then qkv, o, gate_up, down as (qs, sc, mn,
-  // d, dmin, bias) each (bias: an empty tensor where the layer has none).
+  // d, dmin, bias) each, or as (bf16 weight, 4 empty tensors, bias) (bias: an empty tensor
+  // where the layer has none).
   DecodeStack(const std::vector<std::vector<at::Tensor>>& layers, int64_t heads, int64_t kv_heads,
               int64_t head_dim, double eps)
       : heads_(heads), kv_heads_(kv_heads), D_(head_dim), eps_(static_cast<float>(eps)) {
     TORCH_CHECK(head_dim % 8 == 0 && head_dim <= 512 && heads % kv_heads == 0, "head shape");
     for (const auto& t : layers) {
-      TORCH_CHECK(t.size() == 26, "a layer: 2 norms and 4 int4 projections of 6 tensors");
+      TORCH_CHECK(t.size() == 26, "a layer: 2 norms and 4 projections of 6 tensors");
       auto norm = [](const at::Tensor& w) {
         const at::Tensor f = w.to(at::kFloat).contiguous();
         return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
