@@ -21,6 +21,8 @@ def probs_from_logits(
 ) -> torch.Tensor:  # [N, V] float32, rows sum to 1; greedy rows are one-hot at the argmax
     """Temperature, then top-k, then top-p on the renormalised top-k distribution."""
     greedy = temperature == 0
+    if bool(greedy.all()):  # the one-hot rows alone: no softmax over the vocabulary
+        return torch.zeros_like(logits).scatter_(1, logits.argmax(-1, keepdim=True), 1.0)
     scaled = logits / torch.where(greedy, 1.0, temperature)[:, None]
     filter_k = bool((top_k > 0).any())
     filter_p = bool((top_p < 1).any())

@@ -61,6 +61,18 @@ def test_greedy_rows_are_one_hot_and_rows_are_independent():
     assert (probs[1][:4] == 0).all() and probs[1][4:].sum().item() == pytest.approx(1.0)
 
 
+def test_an_all_greedy_batch_takes_the_same_one_hot_rows():
+    """The all-greedy shortcut (no softmax) gives what a mixed batch gives its greedy rows."""
+    logits = torch.stack([LOGITS, LOGITS.flip(0), LOGITS.roll(2)])[:, :5]  # a vocab slice
+    greedy = [SamplingParams(temperature=0, top_k=3, top_p=0.5)] * 3
+    mixed = greedy[:2] + [SamplingParams(temperature=1.0)]
+    alone = probs_from_logits(logits, *param_tensors(greedy))
+    assert torch.equal(alone[:2], probs_from_logits(logits, *param_tensors(mixed))[:2])
+    assert alone.sum(-1).tolist() == [1.0] * 3 and alone.argmax(-1).tolist() == [
+        int(row.argmax()) for row in logits
+    ]
+
+
 def _empirical(probs, n, seed):
     gens = [make_generator(seed)] * n
     tokens = sample(probs[None].expand(n, -1), gens, [False] * n)
