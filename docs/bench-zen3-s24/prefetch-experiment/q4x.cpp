@@ -1,0 +1,65 @@
+// y = x @ W.T for the few rows of a decode or verify step, W in 4 bits with a scale and a
+// minimum per 32 weights (GGUF Q4_K's layout), on CPUs with AVX2. PyTorch's int4 kernel
+// widens every weight to floating point and multiplies in fp32, which on AVX2 costs more
+// instructions per byte than memory delivers bytes: it runs below the bandwidth even for
+// one row and slows with every extra row. Here, as in llama.cpp, the activations are
+// quantized too (to int8, one scale per 256 inputs) and the products are integer dot
+// products (`vpmaddubsw`: 32 multiply-adds of 4-bit weights by 8-bit activations per
+// instruction), so one weight read serves several rows at little extra cost.
+//
+// Format, per output row n (S = ceil(K / 256) super-blocks, G = 8 S groups of 32):
+//   qs   [N, K/2]  u8   bytes i of each 64-weight chunk: low nibble = weight i, high
+//                       nibble = weight 32 + i (Q4_K's qs, byte for byte)
+//   sc   [N, G]    u8   group scales, mn [N, G] u8 group minimums (0 past K)
+//   d    [N, S]    f32  super-block scale of sc, dmin [N, S] f32 of mn
+//   w[n, k] = d[n, s] * sc[n, g] * q[n, k] - dmin[n, s] * mn[n, g], g = k / 32, s = k / 256
+// Activations, per row r and super-block s: dx = max|x| / 127, xq = round(x * 127 / max|x|).
+//
+// Batch-invariant: each row's result is computed by the same operations in the same order
+// whatever the number of rows, so a one-token decode step and a verify pass agree bitwise.
+// The pure-PyTorch equivalent, which the tests compare against, is quant.q4_reference.
+
+#include "q4x.h"
+
+// x [R, K] fp32 or bf16 (K % 64 == 0), the format above, an optional fp32 bias [N] ->
+// y [R, N] in x's dtype: (product + bias) rounded once, as `(y + bias).to(x.dtype)` would.
+torch::Tensor q4_gemv(torch::Tensor x, torch::Tensor qs, torch::Tensor sc, torch::Tensor mn,
+                      torch::Tensor d, torch::Tensor dmin, c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2, "x: [R, K]");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16, "x: fp32 or bf16");
+  const int64_t R = x.size(0), K = x.size(1), N = qs.size(0), S = (K + q4::SB - 1) / q4::SB;
+  TORCH_CHECK(K % 64 == 0 && qs.size(1) == K / 2 && qs.scalar_type() == torch::kUInt8, "qs: [N, K/2] u8, K % 64 == 0");
+  TORCH_CHECK(sc.sizes() == mn.sizes() && sc.size(0) == N && sc.size(1) == S * q4::GROUPS, "sc, mn: [N, 8 S] u8");
+  TORCH_CHECK(sc.scalar_type() == torch::kUInt8 && mn.scalar_type() == torch::kUInt8, "sc, mn: u8");
+  TORCH_CHECK(d.sizes() == dmin.sizes() && d.size(0) == N && d.size(1) == S, "d, dmin: [N, S] f32");
+  TORCH_CHECK(d.scalar_type() == torch::kFloat && dmin.scalar_type() == torch::kFloat, "d, dmin: f32");
+  torch::Tensor b;
+  if (bias.has_value()) {
+    b = bias->contiguous();
+    TORCH_CHECK(b.dim() == 1 && b.size(0) == N && b.scalar_type() == torch::kFloat, "bias: [N] f32");
+  }
+  x = x.contiguous();
+  qs = qs.contiguous(); sc = sc.contiguous(); mn = mn.contiguous();
+  d = d.contiguous(); dmin = dmin.contiguous();
+  auto y = torch::empty({R, N}, x.options().dtype(torch::kFloat));
+  const q4::Activations a = x.scalar_type() == torch::kFloat
+                            ? q4::quantize_rows(x.data_ptr<float>(), R, K, S)
+                            : q4::quantize_rows(x.data_ptr<at::BFloat16>(), R, K, S);
+  q4::run(a, R, qs.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), mn.data_ptr<uint8_t>(),
+      d.data_ptr<float>(), dmin.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
+      y.data_ptr<float>(), K, N, S);
+  if (x.scalar_type() == torch::kFloat) return y;
+  auto out = torch::empty({R, N}, x.options());
+  const float* yp = y.data_ptr<float>();
+  at::BFloat16* op = out.data_ptr<at::BFloat16>();
+  for (int64_t i = 0; i < R * N; ++i) op[i] = at::BFloat16(yp[i]);  // round to nearest even
+  return out;
+}
+
+void setpf(int64_t p, int64_t g) { q4::PF_ROWS = p; q4::GRAIN = g; }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("setpf", &setpf);
+  m.def("q4_gemv", &q4_gemv, "y = x @ W.T + b, W in Q4_K-style 4 bits, x quantized to int8 (AVX2)",
+        py::arg("x"), py::arg("qs"), py::arg("sc"), py::arg("mn"), py::arg("d"), py::arg("dmin"),
+        py::arg("bias") = py::none());
+}
