@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 
 from specdec.config import SamplingParams
 from specdec.errors import InvalidParameterError
-from specdec.sampling import make_generator, param_tensors, probs_from_logits, sample
+from specdec.sampling import draw, make_generator, param_tensors, probs_from_logits, sample
 
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -3.0])
 
@@ -71,6 +71,18 @@ def test_an_all_greedy_batch_takes_the_same_one_hot_rows():
     assert alone.sum(-1).tolist() == [1.0] * 3 and alone.argmax(-1).tolist() == [
         int(row.argmax()) for row in logits
     ]
+
+
+def test_draw_follows_the_distribution_and_never_draws_a_zero():
+    """The inverse-CDF draw: zero-probability tokens (leading, between, trailing) never
+    come out, and the rest follow p (unnormalised input is fine)."""
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.0, 1.5, 0.25, 0.0, 1e-3, 0.0])
+    g = make_generator(5)
+    counts = np.bincount([int(draw(probs, g)) for _ in range(20_000)], minlength=len(probs))
+    assert counts[(probs == 0).numpy()].sum() == 0
+    shown = (probs > 0).numpy()
+    expected = (probs / probs.sum()).numpy()[shown] * counts.sum()
+    assert chisquare(counts[shown], expected).pvalue > 1e-3
 
 
 def _empirical(probs, n, seed):
