@@ -78,6 +78,15 @@ def test_quantize_int4_model_skips_unsupported_shapes():
     assert _quantized(odd, "int4") is odd
 
 
+def test_torch_int4_kernel_competes_for_half_precision_layers_only():
+    """torch's int4 kernel is a candidate for bf16 layers; for fp32 ones it is ~100x slower
+    than the alternatives (Int4Linear's docstring), so tuning never times it there."""
+    layer = torch.nn.Linear(64, 48)
+    assert "int4" in Int4Linear(layer.to(torch.bfloat16)).kernels()
+    fp32 = Int4Linear(torch.nn.Linear(64, 48))
+    assert "int4" not in fp32.kernels() and "linear" in fp32.kernels()
+
+
 def test_int4_refuses_non_cpu_models():
     model = native_from_hf(hf_tiny("llama")).to("meta")
     with pytest.raises(InvalidParameterError, match="CPU only"):
