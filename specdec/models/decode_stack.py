@@ -113,7 +113,6 @@ def _layer_tensors(layer) -> list[torch.Tensor]:
             bias = _q4_bias(p)  # the fp32 bias the int4 kernel adds, as the eager layer does
             tensors += [*p.q4.tensors(), torch.empty(0) if bias is None else bias]
         else:  # bf16: the eager native_bf16 kernel adds the bias in fp32 too
-            bias = None if p.bias is None else p.bias.detach().float()
-            tensors += [p.weight.detach(), *[torch.empty(0)] * 4]
-            tensors += [torch.empty(0) if bias is None else bias]
+            bias = torch.empty(0) if p.bias is None else p.bias.detach().float()
+            tensors += [p.weight.detach(), *[torch.empty(0)] * 4, bias]
     return tensors

@@ -8,23 +8,12 @@
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
-#include <immintrin.h>
 
 #include <algorithm>
 
+#include "simd.h"
+
 namespace bf16 {
-
-inline __m256 widen(const uint16_t* p) {  // 8 bf16 -> 8 fp32
-  __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // R rows of x against output rows [begin, end) of W [N, K], T output rows at a time (T
 // independent weight streams keep more loads in flight); K % 8 == 0.
@@ -48,13 +37,13 @@ void rows_times_weights(const float* x, const uint16_t* w, float* y, int64_t K, 
         for (int t = 0; t < T; ++t)
           _mm_prefetch(reinterpret_cast<const char*>(next_block + t * K + k), _MM_HINT_T0);
       for (int t = 0; t < T; ++t) {
-        __m256 wf = widen(w + (n + t) * K + k);
+        __m256 wf = simd::widen_bf16(w + (n + t) * K + k);
         for (int r = 0; r < R; ++r)
           acc[t][r] = _mm256_fmadd_ps(wf, _mm256_loadu_ps(x + r * K + k), acc[t][r]);
       }
     }
     for (int t = 0; t < T; ++t)
-      for (int r = 0; r < R; ++r) y[r * N + n + t] = hsum(acc[t][r]);
+      for (int r = 0; r < R; ++r) y[r * N + n + t] = simd::hsum(acc[t][r]);
   }
   if (n < end) rows_times_weights<R, 1>(x, w, y, K, N, n, end);
 }

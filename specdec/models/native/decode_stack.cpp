@@ -158,16 +158,15 @@ void rope(float* x, const float* cos, const float* sin, int64_t heads, int64_t D
 }
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const c10::BFloat16* p) {  // bf16 is the top half of an fp32
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+inline __m256 load8(const c10::BFloat16* p) {
+  return simd::widen_bf16(reinterpret_cast<const uint16_t*>(p));
 }
 
 template <typename C>
 float dot(const float* q, const C* k, int64_t D) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < D; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), acc);
-  return q4::hsum(acc);
+  return simd::hsum(acc);
 }
 
 template <typename C>
@@ -224,7 +223,7 @@ void attention(const float* qkv, int64_t B, int64_t T, int64_t heads, int64_t kv
         _mm256_storeu_ps(scores.data() + j, p);
         sum = _mm256_add_ps(sum, p);
       }
-      const float total = q4::hsum(sum);
+      const float total = simd::hsum(sum);
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t j = 0; j < span; ++j) {
         if (scores[j] == 0.f) continue;  // hidden (or too small to count): adds exactly nothing

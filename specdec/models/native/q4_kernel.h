@@ -9,17 +9,12 @@
 #include <cmath>
 #include <vector>
 
+#include "simd.h"
+
 namespace q4 {
 
 constexpr int64_t SB = 256;  // weights per super-block
 constexpr int GROUPS = 8;    // groups of 32 per super-block
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 struct Activations {
   std::vector<int8_t> xq;  // [R, K]
@@ -33,10 +28,7 @@ inline const float* as_floats(const at::BFloat16* x, int64_t n, std::vector<floa
   buffer.resize(n);
   const uint16_t* bits = reinterpret_cast<const uint16_t*>(x);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {  // a bf16 is the top half of an fp32
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + i));
-    _mm256_storeu_ps(buffer.data() + i, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16)));
-  }
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(buffer.data() + i, simd::widen_bf16(bits + i));
   for (; i < n; ++i) buffer[i] = static_cast<float>(x[i]);
   return buffer.data();
 }
@@ -141,7 +133,7 @@ void rows_times_weights(const Activations& a, int64_t row0, const uint8_t* qs, c
         _mm256_store_ps(facc[r], f);
       }
     }
-    for (int r = 0; r < R; ++r) y[r * N + n] = hsum(_mm256_load_ps(facc[r])) + (bias ? bias[n] : 0.f);
+    for (int r = 0; r < R; ++r) y[r * N + n] = simd::hsum(_mm256_load_ps(facc[r])) + (bias ? bias[n] : 0.f);
   }
 }
 
