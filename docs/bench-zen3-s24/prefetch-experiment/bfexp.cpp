@@ -1,17 +1,10 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
+#include "simd.h"  // specdec/models/native/simd.h
 namespace {
-inline __m256 widen(const uint16_t* p) {
-  __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using simd::hsum;
+inline __m256 widen(const uint16_t* p) { return simd::widen_bf16(p); }
 // variant 0: current. PF: prefetch distance in bytes ahead of the T-row block (0 = none)
 template <int R, int T>
 void rtw(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N, int64_t begin, int64_t end, int64_t pf) {

@@ -1,15 +1,20 @@
-import time, statistics
-from specdec.llm import LLM
-from specdec.config import SamplingParams
+"""SmolLM2, batch 4, ShareGPT prompts, 64 tokens: `ngram-auto` against plain decoding,
+greedy and at temperature 1, taking turns in one process (medians of 5).
+
+    .venv/bin/python docs/bench-zen3-s24/scripts/ab_ngram4.py
+"""
+
+from turns import in_turn
+
 from specdec.bench.workloads import sharegpt_prompts
+from specdec.config import SamplingParams
+from specdec.llm import LLM
+
 llm = LLM("smollm2-135m-instruct", draft="ngram", speculate="auto", max_batch=4)
-plain = llm.plain_engine()
+arms = {"plain": llm.plain_engine().generate, "auto": llm.engine.generate}
 prompts = [llm.encode(p, chat=True) for p in sharegpt_prompts(4, seed=3)]
-for T in (0.0, 1.0):
-    p = SamplingParams(temperature=T, max_tokens=64, ignore_eos=True, seed=1)
-    res = {"plain": [], "auto": []}
-    for rep in range(5):
-        for name, eng in (("plain", plain), ("auto", llm.engine)):
-            t = time.perf_counter(); eng.generate(prompts, p); res[name].append(4 * 64 / (time.perf_counter() - t))
-    m = {k: statistics.median(v) for k, v in res.items()}
-    print(T, {k: round(v, 1) for k, v in m.items()}, "auto/plain", round(m["auto"] / m["plain"], 3), flush=True)
+for temperature in (0.0, 1.0):
+    params = SamplingParams(temperature=temperature, max_tokens=64, ignore_eos=True, seed=1)
+    m = in_turn(arms, prompts, params, repeats=5)
+    ratio = round(m["auto"] / m["plain"], 3)
+    print(temperature, {k: round(v, 1) for k, v in m.items()}, "auto/plain", ratio, flush=True)

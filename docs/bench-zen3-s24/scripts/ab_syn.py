@@ -1,22 +1,28 @@
-import statistics, time, sys
-import torch
+"""SmolLM2, batch 4, synthetic 256-token prompts, 32 tokens at temperature 1: plain and
+`auto` with the given drafter, each with the inverse-CDF draw and with torch.multinomial,
+taking turns in one process (medians of 4).
+
+    .venv/bin/python docs/bench-zen3-s24/scripts/ab_syn.py ngram
+"""
+
+import sys
+
+from turns import in_turn, multinomial, with_draw
+
 from specdec import sampling
-from specdec.llm import LLM
-from specdec.config import SamplingParams
 from specdec.bench.workloads import synthetic_prompt
-draft = sys.argv[1]
-llm = LLM("smollm2-135m-instruct", draft=draft, speculate="auto", max_batch=4)
-plain = llm.plain_engine()
+from specdec.config import SamplingParams
+from specdec.llm import LLM
+
+llm = LLM("smollm2-135m-instruct", draft=sys.argv[1], speculate="auto", max_batch=4)
+engines = {"plain": llm.plain_engine().generate, "auto": llm.engine.generate}
+draws = {"icdf": sampling.draw, "multinomial": multinomial}
+arms = {
+    f"{d}/{e}": with_draw(draw, generate)
+    for d, draw in draws.items()
+    for e, generate in engines.items()
+}
 prompts = [synthetic_prompt(llm.tokenizer, 256, seed=s) for s in range(4)]
-p = SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True, seed=1)
-new = sampling.draw
-old = lambda probs, g: torch.multinomial(probs, 1, generator=g)  # noqa: E731
-res = {}
-for rep in range(4):
-    for dname, f in (("icdf", new), ("multinomial", old)):
-        sampling.draw = f
-        for ename, eng in (("plain", plain), ("auto", llm.engine)):
-            t = time.perf_counter(); eng.generate(prompts, p)
-            res.setdefault((dname, ename), []).append(4 * 32 / (time.perf_counter() - t))
-for k, v in res.items():
-    print(k, round(statistics.median(v), 1), [round(x, 1) for x in v])
+params = SamplingParams(temperature=1.0, max_tokens=32, ignore_eos=True, seed=1)
+for name, rate in in_turn(arms, prompts, params, repeats=4).items():
+    print(name, round(rate, 1))
