@@ -76,6 +76,15 @@ def _model_args(p) -> None:
         action="store_true",
         help="on a GPU, run every pass eagerly instead of replaying CUDA graphs",
     )
+    p.add_argument(
+        "--prefix-cache",
+        type=int,
+        default=4096,
+        metavar="TOKENS",
+        help="positions of recent prompts' keys and values kept, so a request that starts "
+        "the same way (a system turn, an earlier turn) prefills only the rest (default 4096; "
+        "0 = off)",
+    )
 
 
 def _generate_args(sub) -> None:
@@ -307,6 +316,7 @@ def _load(args, **engine_args):
         learn_config=_learn_config(args),
         learn_heads=args.learn_heads,
         cuda_graphs=not args.no_cuda_graphs,
+        prefix_cache_tokens=args.prefix_cache,
         **engine_args,
     )
 

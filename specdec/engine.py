@@ -26,6 +26,7 @@ from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.metrics import SpecStats
 from specdec.models.kernel_tuning import projection_seconds
 from specdec.models.kv_cache import KVCache
+from specdec.models.prefix_cache import PrefixCache
 from specdec.models.static_pass import StaticPasses, capture_seconds, use_static_passes
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import make_generator, request_probs
@@ -131,6 +132,10 @@ class Engine:
     then verifies every node in one pass (`_verify_tree`); `max_tree_nodes` (the drafter's
     `max_nodes`) reserves cache room for the widest tree.
 
+    `prefix_cache_tokens` > 0 keeps that many positions of recent prompts' and finished
+    requests' keys and values (`specdec.models.prefix_cache`), for the target and for a
+    draft model each: a request that starts like one of them prefills only the rest.
+
     `static_passes` runs the target's decode and verify passes through fixed-shape,
     bucketed passes over preallocated buffers (`specdec.models.static_pass`), and
     `cuda_graphs` captures them as CUDA graphs. Both default to on for a CUDA model and
@@ -152,6 +157,7 @@ class Engine:
         tree_acceptor=None,
         static_passes: bool | None = None,
         cuda_graphs: bool | None = None,
+        prefix_cache_tokens: int = 0,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
@@ -165,6 +171,16 @@ class Engine:
         # lazy, a catch-up inside the first speculative step), over the
         # engine's life: what the benchmarks subtract to time the decode phase alone.
         self.prefill_s = 0.0
+        if prefix_cache_tokens < 0:
+            raise InvalidParameterError(
+                f"prefix_cache_tokens must be >= 0, got {prefix_cache_tokens}"
+            )
+        # Keys and values of recent sequences, the target's and a draft model's; they
+        # outlive the caches `_ensure_cache` rebuilds.
+        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens else None
+        self.draft_prefix_cache = (
+            PrefixCache(prefix_cache_tokens) if prefix_cache_tokens and drafter_factory else None
+        )
         self.acceptor = acceptor or RejectionSampler()
         self.window = window or FixedWindow(0)
         if drafter_factory is None and self.window.k_max:
@@ -336,8 +352,8 @@ class Engine:
         tokens, states = self._prefill(admitted, first_row)
         now = time.perf_counter()
         # The target's prefill alone (no cache allocation): a lazy draft's catch-up is
-        # priced from it until one is timed.
-        lengths = [len(s.prompt_ids) for s in admitted]
+        # priced from it until one is timed. It computed the positions no stored prefix gave.
+        lengths = states.lengths.tolist()
         self.window.observe_prefill(
             len(admitted), max(lengths), sum(lengths), now - prefill_started
         )
@@ -373,6 +389,8 @@ class Engine:
             )
         if self.drafter_factory is not None:
             self._drafter = self.drafter_factory(rows, length)
+            if self.draft_prefix_cache is not None:
+                self._drafter.use_prefix_cache(self.draft_prefix_cache)
             # A draft model's catch-up is priced from the target's prefill until timed, its
             # steps and the first verify passes from the kernel plans' timings.
             draft = getattr(self._drafter, "model", None)
@@ -380,6 +398,12 @@ class Engine:
             self.window.set_plan_seconds(projection_seconds(self.model), projection_seconds(draft))
 
     def _drop_finished(self) -> None:
+        if self.prefix_cache is not None:  # a finished history is the next turn's prefix
+            for row, seq in enumerate(self.live):
+                if seq.finished:
+                    history = seq.prompt_ids + seq.output_ids
+                    cached = int(self._cache.lengths[row])  # all but the newest token
+                    self.prefix_cache.save(self._cache, row, history[: min(cached, len(history))])
         holders = [self._cache] if self._drafter is None else [self._cache, self._drafter]
         _drop_finished(self.live, holders)
 
@@ -523,19 +547,37 @@ class Engine:
 
     def _prefill(self, seqs: list[LiveSequence], first_row: int) -> tuple[torch.Tensor, PassStates]:
         """Run the prompts of rows `first_row..` at once (right-padded); sample each row's
-        first token `[B]`; also return the prompts' states (the last: its source)."""
-        tokens, lengths = right_pad([s.prompt_ids for s in seqs], self.model.device)
-        out = self.model(
-            tokens,
-            self._cache,
-            num_new=lengths,
-            logits_at=(lengths - 1)[:, None],
-            first_row=first_row,
-        )
+        first token `[B]`; also return the states of the positions computed (the last: its
+        source). A prompt's stored prefix (`prefix_cache`) is copied, not computed."""
+        prompts = [s.prompt_ids for s in seqs]
+        reused = [0] * len(seqs)
+        if self.prefix_cache is not None:
+            reused = [
+                self.prefix_cache.load(self._cache, first_row + i, p) for i, p in enumerate(prompts)
+            ]
+        for seq, n in zip(seqs, reused, strict=True):
+            seq.stats.cached_tokens = n
+        feed = [p[n:] for p, n in zip(prompts, reused, strict=True)]
+        tokens, lengths = right_pad(feed, self.model.device)
+        try:
+            out = self.model(
+                tokens,
+                self._cache,
+                num_new=lengths,
+                logits_at=(lengths - 1)[:, None],
+                first_row=first_row,
+            )
+        except BaseException:  # the rows stay free: forget the prefixes copied into them
+            for i in range(len(seqs)):
+                self._cache.reset_row(first_row + i)
+            raise
         probs = request_probs(out.logits, [s.params for s in seqs])
         draft = Draft.empty(len(seqs), self.model.device)
         verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
         states = PassStates(tokens, out.hidden, lengths.to(out.hidden.device), first_row)
+        if self.prefix_cache is not None:
+            for i, p in enumerate(prompts):
+                self.prefix_cache.save(self._cache, first_row + i, p)
         return verdict.tokens[:, 0], states
 
     def completion(self, seq: LiveSequence) -> Completion:

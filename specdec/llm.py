@@ -84,6 +84,10 @@ class LLM:
         bucket of (rows, tokens per row) (`specdec.models.static_pass`); False is the
         eager fallback (`--no-cuda-graphs`). Ignored on the CPU, whose passes stay eager,
         and under tensor parallelism (not captured yet).
+    prefix_cache_tokens: positions of recent prompts' and finished requests' keys and
+        values kept for reuse (default 4096; 0 = off): a request starting like one of them
+        (a shared system turn, an earlier turn of the conversation) prefills only the rest,
+        for the target and a draft model alike (`specdec.models.prefix_cache`).
     """
 
     @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others
@@ -109,6 +113,7 @@ class LLM:
         learn_config=None,
         learn_heads: int = 3,
         cuda_graphs: bool = True,
+        prefix_cache_tokens: int = 4096,
     ) -> None:
         from specdec.models.registry import gguf_source, resolve
 
@@ -198,8 +203,10 @@ class LLM:
             window,
             max_len=max_len,
             max_tree_nodes=tree_nodes,
+            prefix_cache_tokens=prefix_cache_tokens,
             **self.engine_options,
         )
+        self.prefix_cache_tokens = prefix_cache_tokens
 
     def plain_engine(self) -> Engine:
         """The same target without speculation, for side-by-side comparisons."""

@@ -26,6 +26,7 @@ class SpecStats:
     ttft_s: float = 0.0
     elapsed_s: float = 0.0
     requests: int = 0
+    cached_tokens: int = 0  # prompt positions copied from the prefix cache, not computed
 
     def record_step(self, drafted: int, accepted: int) -> None:
         """One target pass in which this row verified `drafted` tokens and kept `accepted`."""
@@ -77,6 +78,7 @@ class SpecStats:
             drafted=self.drafted + other.drafted,
             accepted=self.accepted + other.accepted,
             generated=self.generated + other.generated,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
             drafted_at=add(self.drafted_at, other.drafted_at),
             accepted_at=add(self.accepted_at, other.accepted_at),
             ttft_s=self.ttft_s + other.ttft_s,
@@ -90,6 +92,7 @@ class SpecStats:
             "drafts": self.drafts,
             "drafted_tokens": self.drafted,
             "accepted_tokens": self.accepted,
+            "cached_prompt_tokens": self.cached_tokens,
             "acceptance_rate": round(self.acceptance_rate, 4),
             "mean_accepted_length": round(self.mean_accepted_length, 4),
             "acceptance_per_position": [round(a, 4) for a in self.acceptance_per_position],

@@ -100,6 +100,14 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="on a GPU, run every pass eagerly instead of replaying CUDA graphs",
     )
+    p.add_argument(
+        "--prefix-cache",
+        type=int,
+        default=4096,
+        metavar="TOKENS",
+        help="our engines' prefix cache, in positions (default 4096, as `specdec generate`; "
+        "0 = off). Each run starts with it empty, so only a run's own prompts share",
+    )
     p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
     p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
     p.add_argument(
@@ -181,6 +189,8 @@ def _run(args, leader: bool, tp) -> None:
         config |= {"tp": args.tp, "draft_tp": args.draft_tp}
     if args.no_cuda_graphs:  # only then: folders measured before graphs existed still resume
         config["cuda_graphs"] = False
+    if args.prefix_cache:  # folders measured before the prefix cache existed had none
+        config["prefix_cache"] = args.prefix_cache
     store = _open_store(out, config, tp)
     if args.merge and tp is not None:
         raise InvalidParameterError("--merge is for one process, not under --tp")
@@ -231,6 +241,8 @@ def _command(preset, args) -> str:
     words += ["--tp", str(args.tp)] if args.tp > 1 else []
     words += ["--draft-tp", str(args.draft_tp)] if args.draft_tp > 1 else []
     words += ["--no-cuda-graphs"] if getattr(args, "no_cuda_graphs", False) else []
+    cached = getattr(args, "prefix_cache", 4096)
+    words += ["--prefix-cache", str(cached)] if cached != 4096 else []
     words += ["--model", preset.model, "--draft", preset.draft, "--dtype", args.dtype]
     words += ["--device", args.device] if args.device != "cpu" else []
     words += ["--quant", args.quant] if args.quant != "none" else []
@@ -289,6 +301,7 @@ def _measure(
         draft_tp=args.draft_tp,
         cuda_graphs=not args.no_cuda_graphs,
         vllm_python=args.vllm_python,
+        prefix_cache_tokens=args.prefix_cache,
     )
     try:
         _measure_points(todo, store, preset, args, extra, leader, runner)

@@ -80,6 +80,7 @@ class Runner:
         draft_tp: int = 1,
         cuda_graphs: bool = True,
         vllm_python: str | None = None,
+        prefix_cache_tokens: int = 4096,
     ) -> None:
         self.model_name, self.draft_name = model, draft
         self.dtype, self.device, self.k_max = dtype, device, k_max
@@ -98,6 +99,7 @@ class Runner:
             tp=tp,
             draft_tp=draft_tp,
             cuda_graphs=cuda_graphs,
+            prefix_cache_tokens=prefix_cache_tokens,
         )
         # Trained speculator heads on the same target (the heads-* methods), beside --draft.
         self.speculator = None
@@ -253,6 +255,7 @@ class Runner:
             acceptor,
             window,
             max_tree_nodes=tree_nodes,
+            prefix_cache_tokens=llm.prefix_cache_tokens,
             **llm.engine_options,
         )
 

@@ -25,6 +25,9 @@ has a history of committed tokens whose last token is not yet in any KV cache.
   decode step and, with `idle`, while it has nothing to serve (a server's loop asks then);
   a learning drafter trains its heads here (`specdec.speculator.online`). Returns whether
   it used the time. `DrafterBase`'s default does nothing.
+- `use_prefix_cache(store: PrefixCache)`: a drafter with its own KV cache may reuse
+  stored keys and values of sequences it has seen (`specdec.models.prefix_cache`); the
+  engine hands it one store that outlives the drafter. `DrafterBase` ignores it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import torch
 
 from specdec.acceptors import Draft
 from specdec.config import SamplingParams
+from specdec.models.prefix_cache import PrefixCache
 
 
 class Drafter(Protocol):
@@ -58,6 +62,8 @@ class Drafter(Protocol):
     def observe_pass(self, states: PassStates) -> None: ...
 
     def between_steps(self, idle: bool = False) -> bool: ...
+
+    def use_prefix_cache(self, store: PrefixCache) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -94,3 +100,6 @@ class DrafterBase:
     def between_steps(self, idle: bool = False) -> bool:
         """Most drafters have nothing to do between steps."""
         return False
+
+    def use_prefix_cache(self, store: PrefixCache) -> None:
+        """Drafters without a KV cache have nothing to reuse."""

@@ -10,7 +10,8 @@ with k = 0 only append to it, so a run that never speculates never runs the draf
 The first step with k > 0 catches the rows up (`_catch_up`): one ragged pass over the
 rows whose pending history is long, feeding all but its last token, which the step's
 first draft forward then takes like any other. `--speculate auto` prices that pass before
-it starts (`catch_up_tokens`, `last_catch_up`).
+it starts (`catch_up_tokens`, `last_catch_up`). A row's history that starts like one the
+drafter has caught up on before (`use_prefix_cache`) copies those keys and values instead.
 
 With `static_passes` the draft steps (one or two tokens per row, then one) run through
 `specdec.models.static_pass.StaticPasses` over this drafter's cache, captured as CUDA
@@ -27,6 +28,7 @@ import torch
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
 from specdec.errors import TokenizerMismatchError
+from specdec.models.prefix_cache import PrefixCache
 from specdec.models.static_pass import StaticPasses, use_static_passes
 from specdec.models.transformer import Transformer, right_pad
 from specdec.sampling import param_tensors, probs_from_logits, sample
@@ -79,6 +81,10 @@ class DraftModelDrafter(DrafterBase):
         # (tokens, seconds) of the latest step's catch-up pass ((0, 0.0): none): the engine
         # takes it out of the step's draft time and prices the next start-up with it.
         self.last_catch_up: tuple[int, float] = (0, 0.0)
+        self.prefix_cache: PrefixCache | None = None
+
+    def use_prefix_cache(self, store: PrefixCache) -> None:
+        self.prefix_cache = store
 
     @property
     def rows(self) -> int:
@@ -96,7 +102,17 @@ class DraftModelDrafter(DrafterBase):
     def catch_up_tokens(self) -> int:
         """Tokens a step with k > 0 would feed now beyond the usual one or two per row:
         the size of the catch-up pass that starting to speculate costs."""
-        return sum(len(self.pending[row]) - 1 for row in self._behind())
+        store = self.prefix_cache
+        return sum(
+            len(self.pending[row]) - 1 - (self._reusable(row) if store is not None else 0)
+            for row in self._behind()
+        )
+
+    def _reusable(self, row: int) -> int:
+        """Pending positions of an empty row the prefix store holds (never the last one)."""
+        if int(self.cache.lengths[row]) != 0:
+            return 0
+        return self.prefix_cache.match(self.pending[row][:-1])
 
     @torch.inference_mode()
     def _catch_up(self) -> None:
@@ -108,6 +124,13 @@ class DraftModelDrafter(DrafterBase):
             return
         started = time.perf_counter()
         lo, hi = behind[0], behind[-1] + 1
+        store = self.prefix_cache
+        histories = {row: self.pending[row][:-1] for row in behind}
+        if store is not None:  # rows starting like an earlier one copy that prefix first
+            for row in behind:
+                if int(self.cache.lengths[row]) == 0:
+                    reused = store.load(self.cache, row, histories[row])
+                    self.pending[row] = self.pending[row][reused:]
         feed = [self.pending[row][:-1] if row in behind else [] for row in range(lo, hi)]
         tokens, fed = right_pad(feed, self.model.device)  # [hi - lo, T], [hi - lo]
         self.model(
@@ -119,6 +142,8 @@ class DraftModelDrafter(DrafterBase):
         )
         for row in behind:
             self.pending[row] = self.pending[row][-1:]
+            if store is not None and len(histories[row]) == int(self.cache.lengths[row]):
+                store.save(self.cache, row, histories[row])
         self.last_catch_up = (int(fed.sum()), time.perf_counter() - started)
 
     @torch.inference_mode()

@@ -33,6 +33,11 @@ class ServerMetrics:
             "specdec_rejected_requests", "Requests refused, by HTTP status", ["status"], registry=r
         )
         self.prompt_tokens = Counter("specdec_prompt_tokens", "Prompt tokens", registry=r)
+        self.cached_prompt_tokens = Counter(
+            "specdec_prompt_cached_tokens",
+            "Prompt tokens whose keys and values came from the prefix cache",
+            registry=r,
+        )
         self.generation_tokens = Counter(
             "specdec_generation_tokens", "Generated tokens", registry=r
         )
@@ -135,6 +140,7 @@ class ServerMetrics:
         """Record one finished (or aborted) request."""
         self.requests.labels(finish_reason).inc()
         self.prompt_tokens.inc(prompt_tokens)
+        self.cached_prompt_tokens.inc(stats.cached_tokens)
         self.generation_tokens.inc(stats.generated)
         self.target_passes.inc(stats.steps)
         self.drafts.inc(stats.drafts)

@@ -149,7 +149,8 @@ def usage(
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
     }
-    if stats is not None:
+    if stats is not None:  # OpenAI's field: prompt tokens served from the prefix cache
+        body["prompt_tokens_details"] = {"cached_tokens": stats.cached_tokens}
         body["speculation"] = {
             "target_passes": stats.steps,
             "drafted_tokens": stats.drafted,

@@ -4,6 +4,7 @@ seeds, stop strings, and a load of concurrent streams, all against offline greed
 import asyncio
 import json
 
+import httpx
 import openai
 import pytest
 
@@ -139,3 +140,23 @@ def test_serving_benchmark_load_generator(server):
     assert all(r.ok for r in rate)
     table = loadgen.format_table([loadgen.result_row("s", "clients=3", summary)])
     assert table.count("\n") == 2 and "| s | clients=3 |" in table
+
+
+def test_a_shared_opening_is_served_from_the_prefix_cache(client, server):
+    """Two chats with one system turn: the second copies the first's opening, and OpenAI's
+    usage.prompt_tokens_details.cached_tokens and /metrics say how much."""
+    system = {"role": "system", "content": "You answer in one short line, politely."}
+    outs = []
+    for question in ("Name a colour", "Name a fruit"):
+        messages = [system, {"role": "user", "content": question}]
+        outs.append(
+            client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=12, temperature=0
+            )
+        )
+    second = outs[1].usage
+    assert second.prompt_tokens_details.cached_tokens >= len(system["content"])  # char-level
+    assert second.prompt_tokens_details.cached_tokens < second.prompt_tokens
+    metrics = httpx.get(server.url + "/metrics").text
+    cached = [line for line in metrics.splitlines() if line.startswith("specdec_prompt_cached")]
+    assert cached and float(cached[0].split()[-1]) >= second.prompt_tokens_details.cached_tokens

@@ -148,6 +148,7 @@ def test_without_the_option_the_stream_has_no_extension(server):
         "prompt_tokens",
         "completion_tokens",
         "total_tokens",
+        "prompt_tokens_details",  # OpenAI's, with the prefix cache's cached_tokens
         "speculation",
     }
 
