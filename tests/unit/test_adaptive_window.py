@@ -355,6 +355,93 @@ def test_auto_starts_at_batch_1_with_a_short_prompt():
     assert auto >= 0.85 * best and auto >= 1.2 * plain, (auto / plain, best / plain)
 
 
+def serve_lazy(window, a, c, verify, prompt, prefill, ratio, requests, tokens=64, seeds=range(3)):
+    """Tokens per second of one engine answering `requests` batch-1 requests in turn, each
+    a prefill of `prefill` plain steps per prompt token, then a draft catch-up of its
+    history (`ratio * prefill` per token) if the window starts."""
+    total_tokens, total_s = 0, 0.0
+    for seed in seeds:
+        rng = random.Random(seed)
+        w = window()
+        w.set_draft_ratio(ratio)
+        for _ in range(requests):
+            w.observe_prefill(1, prompt, prompt, prefill * prompt)
+            total_s += prefill * prompt
+            done, behind = [1], True
+            while done[0] < tokens:
+                catch_up = prompt + done[0] - 1 if behind else 0
+                k = w.choose(1, catch_up=catch_up, remaining=tokens - done[0])
+                if k and behind:
+                    w.observe_catch_up(catch_up, ratio * prefill * catch_up)
+                    total_s += ratio * prefill * catch_up
+                    behind = False
+                reached, kept = one_step(rng, a, k, done, tokens)
+                verify_s, draft_s = verify(k + 1, prompt + done[0]), c * k
+                w.observe(1, k, verify_s, draft_s, reached, kept)
+                total_s += verify_s + draft_s
+            total_tokens += tokens
+    return total_tokens / total_s
+
+
+# The Qwen 1.5B int4 with its 0.5B int4 draft, as measured on a Zen 3: c = 0.39, each
+# verified row 0.26 of a step, a 46-token prompt's prefill 0.33 steps a token.
+INT4_PAIR = dict(c=0.39, verify=lambda t, ctx: 1 + 0.26 * (t - 1), prompt=46, prefill=0.33)
+
+
+@pytest.mark.parametrize("a", [0.93, 0.67, 0.5])
+def test_a_first_look_at_a_modest_drafter_pays_over_a_run_of_requests(a):
+    """At the prior's acceptance no window of the int4 pair clears the cold bar, so before
+    the look auto never drafted (measured: 1.10-1.13x at fixed k = 2-3 on code, auto at
+    1.00x). Now it looks from the second request on: where the drafter is good the run
+    gains; where it is not, the look costs the run little, and a one-request run none."""
+    fixed0 = lambda: FixedWindow(0)  # noqa: E731
+    pair = dict(INT4_PAIR, a=a, ratio=0.32)
+    for requests in (1, 4):
+        auto = serve_lazy(AdaptiveWindow, requests=requests, **pair)
+        plain = serve_lazy(fixed0, requests=requests, **pair)
+        if requests == 1:
+            assert auto == pytest.approx(plain)  # no look: nothing after it to repay it
+        elif a > 0.9:
+            assert auto >= 1.02 * plain
+        else:
+            assert auto >= 0.975 * plain
+    # The look is what changed: with only the cold bar, four requests never draft.
+    window = AdaptiveWindow()
+    window._may_start = (
+        lambda *args: startup_pays(  # noqa: SLF001
+            window.costs, 1, window.prior_alpha(), 8, *args[1:]
+        )
+    )
+    assert serve_lazy(lambda: window, requests=4, seeds=[0], **pair) == pytest.approx(
+        serve_lazy(fixed0, requests=4, seeds=[0], **pair)
+    )
+
+
+def test_a_look_is_priced_per_row_and_later_starts_on_what_was_measured():
+    """8 rows x 64-token prompts (started under a 12.5% bar it measured 0.89-1.05x of
+    plain) take no look even on a later admission; one row with a cheap catch-up does.
+    After drafting, a start is priced with the measured acceptance."""
+    rows, plain_s, prompt, prefill_s, left = STARTUPS["8x64"]
+    window = AdaptiveWindow()
+    window.costs = _startup_costs(rows, plain_s, prompt, prefill_s)
+    window.observe_prefill(rows, prompt, rows * prompt, prefill_s)
+    assert not window._may_start(rows, rows * prompt, left)
+    one = AdaptiveWindow()
+    one.costs = _startup_costs(1, 0.033, 46, 0.5, ratio=0.32)
+    assert not one._may_start(1, 46, 63)  # the cold bar alone: no start
+    assert not startup_pays(one.costs, 1, one.prior_alpha(), 8, 46, 63)
+    one.observe_prefill(1, 46, 46, 0.5)
+    one.observe_prefill(1, 46, 46, 0.5)
+    assert one._may_start(1, 46, 63)  # a look, from the second admission
+    counts = {True: ([1, 1], [1, 1]), False: ([1, 0], [0, 0])}  # (reached, kept) per step
+    for good, (reached, kept) in counts.items():  # every draft kept / the first rejected
+        informed = AdaptiveWindow()
+        informed.costs = _startup_costs(1, 0.033, 46, 0.5, ratio=0.32)
+        for _ in range(6):  # k = 2 steps: a verify of 1.52 plain steps, c = 0.39
+            informed.observe(1, 2, 0.050, 0.026, reached, kept)
+        assert informed._may_start(1, 46, 63) is good
+
+
 def _startup_costs(rows, plain_s, prompt, prefill_s, ratio=0.273):
     """What the window knows before its first speculative step: two plain steps, the
     target's prefill of `rows` prompts, the draft's weight ratio."""
