@@ -300,7 +300,7 @@ INFORMED_MIN_GAIN = 0.05
 # A first look at the drafter: the catch-up may cost at most this share of the plain
 # decoding ahead, divided by the rows (one row's drafts measure the acceptance as well as
 # eight's): the most a look that finds speculation useless loses, besides a few k = 1
-# steps. Only where a drafter that is always right would clear the cold bar.
+# steps. Only where a drafter that is always right would gain at least as much, net.
 EXPLORE_SHARE = 0.1
 
 
@@ -495,8 +495,8 @@ class AdaptiveWindow:
         clears 20%, so no request ever drafted and the acceptance was never learnt. So the
         first start is a look: taken where the catch-up is cheap (EXPLORE_SHARE of the
         plain decoding ahead, per row: 8 rows x 64-token prompts, which measured 0.89-1.05x
-        of plain when started, do not look) and a drafter that is always right would
-        clear the cold bar;
+        of plain when started, do not look) and a drafter that is always right would gain
+        at least that share, net (the int4 pair: 19% at best, under the cold bar);
         the steps after it measure the acceptance, and `_choose` turns the window off if it
         does not pay. A look pays off in the requests after it, so an engine takes it from
         its second admission on: a one-request run never pays for one (in a simulated
@@ -515,7 +515,10 @@ class AdaptiveWindow:
             return False
         if cost > EXPLORE_SHARE * remaining * plain / rows:
             return False
-        return startup_pays(self.costs, rows, [1.0] * self.k_max, self.k_max, catch_up, remaining)
+        always_right = [1.0] * self.k_max
+        return startup_pays(
+            self.costs, rows, always_right, self.k_max, catch_up, remaining, EXPLORE_SHARE
+        )
 
     def _choose(self, rows: int) -> int:
         if self.costs.timed(rows, 1) < 2:  # plain passes at this batch size: the reference
