@@ -215,6 +215,7 @@ class LLM:
             self.tokenizer,
             self.eos_ids,
             self.engine.max_batch,
+            prefix_cache_tokens=self.prefix_cache_tokens,
             **self.engine_options,
         )
 
