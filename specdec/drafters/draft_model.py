@@ -102,15 +102,11 @@ class DraftModelDrafter(DrafterBase):
     def catch_up_tokens(self) -> int:
         """Tokens a step with k > 0 would feed now beyond the usual one or two per row:
         the size of the catch-up pass that starting to speculate costs."""
-        store = self.prefix_cache
-        return sum(
-            len(self.pending[row]) - 1 - (self._reusable(row) if store is not None else 0)
-            for row in self._behind()
-        )
+        return sum(len(self.pending[row]) - 1 - self._reusable(row) for row in self._behind())
 
     def _reusable(self, row: int) -> int:
         """Pending positions of an empty row the prefix store holds (never the last one)."""
-        if int(self.cache.lengths[row]) != 0:
+        if self.prefix_cache is None or int(self.cache.lengths[row]) != 0:
             return 0
         return self.prefix_cache.match(self.pending[row][:-1])
 

@@ -61,28 +61,35 @@ class PrefixCache:
                 best, best_n = entry, n
         return best, best_n
 
+    def _lookup(self, tokens: Sequence[int]) -> tuple[_Entry | None, int]:
+        """The entry to reuse for `tokens` and how many positions, at most all but the last
+        (the prefill must run that one for its logits)."""
+        if len(tokens) < 2 or not self._entries:
+            return None, 0
+        entry, n = self._best(torch.tensor(tokens))
+        return entry, min(n, len(tokens) - 1)
+
+    def _touch(self, entry: _Entry) -> None:
+        """Mark `entry` the most recently used."""
+        self._entries.remove(entry)
+        self._entries.append(entry)
+
     def match(self, tokens: Sequence[int]) -> int:
         """Positions of `tokens` a `load` would reuse (at most len(tokens) - 1)."""
-        if len(tokens) < 2 or not self._entries:
-            return 0
-        return min(self._best(torch.tensor(tokens))[1], len(tokens) - 1)
+        return self._lookup(tokens)[1]
 
     def load(self, cache: KVCache, row: int, tokens: Sequence[int]) -> int:
         """Copy the longest stored prefix of `tokens` (at most all but the last) into the
         empty row `row` of `cache` and commit it; return its length (0: nothing stored)."""
         if int(cache.lengths[row]) != 0:
             raise ValueError(f"row {row} of the cache is not empty")
-        n = 0
-        if len(tokens) >= 2 and self._entries:
-            entry, n = self._best(torch.tensor(tokens))
-            n = min(n, len(tokens) - 1)
+        entry, n = self._lookup(tokens)
         if n:
             for k, v, ek, ev in zip(cache.k, cache.v, entry.keys, entry.values, strict=True):
                 k[row, :, :n] = ek[:, :n]
                 v[row, :, :n] = ev[:, :n]
             cache.lengths[row] = n
-            self._entries.remove(entry)
-            self._entries.append(entry)  # most recently used
+            self._touch(entry)
         self.hits += n
         self.misses += len(tokens) - n
         return n
@@ -100,8 +107,7 @@ class PrefixCache:
             m = min(len(entry.tokens), n)
             if torch.equal(entry.tokens[:m], new[:m]):
                 if len(entry.tokens) >= n:  # already stored: just mark it used
-                    self._entries.remove(entry)
-                    self._entries.append(entry)
+                    self._touch(entry)
                     return
                 self._entries.remove(entry)  # a shorter copy of the same start
                 break
@@ -110,6 +116,3 @@ class PrefixCache:
         self._entries.append(_Entry(new, keys, values))
         while self.stored_tokens > self.max_tokens:
             self._entries.pop(0)
-
-    def clear(self) -> None:
-        self._entries.clear()

@@ -9,8 +9,12 @@ flagged such points at 0.94-0.96x while `auto` never drafted (tokens per pass 1.
 """
 
 import argparse
+import sys
+from pathlib import Path
 
-from turns import in_turn
+# The turn-taking helper of stop 24's A/B scripts, shared rather than copied.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench-zen3-s24" / "scripts"))
+from turns import in_turn  # noqa: E402
 
 from specdec.bench.workloads import synthetic_prompt
 from specdec.config import SamplingParams
