@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from specdec.models import native
-from specdec.models.linear import BUCKETS, Linear
+from specdec.models.linear import BUCKETS, KERNELS_VERSION, Linear
 
 REPEATS = 5
 GIVE_UP = 3.0  # a candidate this many times slower than the best after one sweep is dropped
@@ -58,7 +58,7 @@ def cpu_info() -> tuple[str, str]:
 def machine() -> dict[str, str | int]:
     """What decides which kernel is fastest: the CPU, its features, cores, torch, threads,
     and the native kernels' sources (a faster native kernel must be measured again, and
-    `auto`'s cached costs with it)."""
+    `auto`'s cached costs with it), and the version of the PyTorch-side candidates."""
     model, flags = cpu_info()
     return {
         "cpu": model,
@@ -67,6 +67,7 @@ def machine() -> dict[str, str | int]:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "native": native.sources_digest(),
+        "kernels": KERNELS_VERSION,
     }
 
 

@@ -42,6 +42,10 @@ from specdec.models import native
 # it loses (measured on a Zen 3: fp32 upcast 0.4 GB/s at 64 rows, behind the native kernel).
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 256)
 
+# The PyTorch-side candidates' version: a change to one of them must be timed again, so it
+# is part of the machine key that tuned plans (and `auto`'s cached costs) are stored under.
+KERNELS_VERSION = 2
+
 
 def bucket_of(rows: int) -> int:
     for b in BUCKETS:
@@ -79,6 +83,11 @@ def _fp32_upcast(layer, fmt, x):  # half-precision weights widened per call (no 
 # fp32 bytes of one widened panel of `_fp32_panels`: small enough to stay in the last-level
 # cache between the widening and the product, large enough that a panel is one good GEMM.
 PANEL_BYTES = 4 << 20
+# Rows of a panel product are padded to a multiple of this: measured on a Zen 3 (2 threads,
+# a [682, 1536] panel), the fp32 GEMM ran 21 rows at 34 GMAC/s and 24 rows at 51, so 21
+# rows padded to 24 took 0.50 ms instead of 0.65; a 21-token bf16 prefill of the 1.5B ran
+# 1.21x faster, one of 33 tokens (padded to 40) 0.97x, within the noise.
+PANEL_ROWS = 8
 _panel_scratch = threading.local()
 
 
@@ -90,7 +99,8 @@ def _fp32_panels(layer, fmt, x):
     fp32 GEMM is the fastest arithmetic there is; `_fp32_upcast` reaches it by widening the
     whole matrix per call, a fresh allocation twice the weights' size that faults in page
     by page (measured on a Zen 3, 1 thread: the 1.5B's gate/up at 64 rows 121 ms, 81 ms
-    through the native kernel eight rows a call, 46 ms in panels)."""
+    through the native kernel eight rows a call, 46 ms in panels). The GEMM is given whole
+    blocks of `PANEL_ROWS` rows (zero rows pad the last block)."""
     weight = layer.weight.detach()  # inference only: out= products take no autograd
     n_out, n_in = weight.shape
     step = max(16, PANEL_BYTES // (4 * n_in) // 16 * 16)
@@ -100,14 +110,19 @@ def _fp32_panels(layer, fmt, x):
         # inference mode alike (an inference tensor refuses writes outside it).
         with torch.inference_mode(False):
             scratch = _panel_scratch.buffer = torch.empty(step * n_in, dtype=torch.float32)
-    xt = x.float().t()  # [in, rows]
-    out_t = torch.empty(n_out, x.shape[0], dtype=torch.float32)  # [out, rows]
+    rows = x.shape[0]
+    padded = -(-rows // PANEL_ROWS) * PANEL_ROWS
+    xf = x.float()
+    if padded != rows:  # zero rows: the fp32 GEMM runs fastest on whole blocks of rows
+        xf = torch.cat([xf, xf.new_zeros(padded - rows, n_in)])
+    xt = xf.t()  # [in, padded]
+    out_t = torch.empty(n_out, padded, dtype=torch.float32)  # [out, padded]
     for first in range(0, n_out, step):
         last = min(n_out, first + step)
         panel = scratch[: (last - first) * n_in].view(last - first, n_in)
         panel.copy_(weight[first:last])
         torch.mm(panel, xt, out=out_t[first:last])
-    out = out_t.t()
+    out = out_t.t()[:rows]
     if layer.bias is not None:
         out = out + layer.bias.float()
     return out.to(x.dtype)

@@ -56,20 +56,21 @@ def test_half_precision_offers_fp32_upcasts_and_fp32_does_not():
 def test_fp32_panels_widen_the_weights_panel_by_panel(monkeypatch):
     """Panels of 16 output rows (the smallest) over 56 outputs: three whole panels and a
     part, each written to its own rows of the output, with the bias, from a layer whose
-    weights require grad (as a model's do outside inference mode)."""
+    weights require grad (as a model's do outside inference mode); 37 input rows, padded
+    to 40 for the GEMM and cut back."""
     from specdec.models import linear
 
     monkeypatch.setattr(linear, "PANEL_BYTES", 16 * 64 * 4)
     monkeypatch.setattr(linear._panel_scratch, "buffer", None, raising=False)
     torch.manual_seed(0)
     layer = Linear(64, 56).to(torch.bfloat16)
-    x = torch.randn(40, 64).to(torch.bfloat16)
+    x = torch.randn(37, 64).to(torch.bfloat16)
     with torch.inference_mode():  # the reused buffer is born here (as when tuning) ...
         layer.run("fp32_panels", x)
     # ... and written to again outside inference mode below.
     ref = F.linear(x.float(), layer.weight.float(), layer.bias.float())
     out = layer.run("fp32_panels", x)
-    assert out.dtype == torch.bfloat16 and out.shape == (40, 56)
+    assert out.dtype == torch.bfloat16 and out.shape == (37, 56)
     torch.testing.assert_close(out.float(), ref, atol=3e-2, rtol=2e-2)
     # The same products as one fp32 GEMM over the whole widened matrix, up to its rounding.
     torch.testing.assert_close(out, layer.run("fp32_upcast", x), atol=1e-2, rtol=1e-2)
