@@ -318,20 +318,27 @@ def _measure_points(todo, store, preset, args, extra: dict, leader: bool, runner
         store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)
         analysis.derive(list(store.rows.values()), store.costs, args.k_max, args.price_per_hour)
         store.save(extra)
-    bar = tqdm(todo, unit="point", dynamic_ncols=True, file=sys.stderr, disable=not leader)
-    for point in bar:
-        bar.set_postfix_str(point.key, refresh=True)
-        try:
+    groups: dict[str, list[Point]] = {}
+    for point in todo:  # the points of a group take turns (`Runner.measure_group`)
+        groups.setdefault(point.group, []).append(point)
+    bar = tqdm(
+        total=len(todo), unit="point", dynamic_ncols=True, file=sys.stderr, disable=not leader
+    )
+    for group, points in groups.items():
+        bar.set_postfix_str(f"{group} ({len(points)} methods)", refresh=True)
+        for point in points:  # a window's costs are measured before the runs
             if point.window is not None and point.cost_key not in store.costs:
                 store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)
-            row = runner.measure(point)
-        except (Skip, SpecdecError) as err:
-            row = skipped_row(point, str(err), args.tp)
-        store.add(row)
+        for point, result in zip(points, runner.measure_group(points), strict=True):
+            if isinstance(result, (Skip, SpecdecError)):
+                result = skipped_row(point, str(result), args.tp)
+            store.add(result)
+            if result["status"] == "ok" and leader:
+                bar.write(_one_line(result), file=sys.stderr)
         analysis.derive(list(store.rows.values()), store.costs, args.k_max, args.price_per_hour)
         store.save(extra)
-        if row["status"] == "ok" and leader:
-            bar.write(_one_line(row), file=sys.stderr)
+        bar.update(len(points))
+    bar.close()
 
 
 def _missing_costs(store: ResultStore) -> list[Point]:

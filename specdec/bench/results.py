@@ -38,6 +38,7 @@ CSV_COLUMNS = (
     "wall_s",
     "tokens_per_s",
     "speedup",
+    "paired_speedup",
     "decode_speedup",
     "cpu_speedup",
     "predicted_speedup",

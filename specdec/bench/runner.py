@@ -26,6 +26,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -37,6 +38,7 @@ from specdec.distributed import shared_window
 from specdec.drafters import NgramDrafter
 from specdec.drafters.speculator import SpeculatorDrafter
 from specdec.engine import Engine
+from specdec.errors import SpecdecError
 from specdec.llm import LLM, build_acceptor, build_window
 from specdec.metrics import SpecStats
 from specdec.tokenization import encode_prompt
@@ -44,6 +46,17 @@ from specdec.tokenization import encode_prompt
 
 class Skip(Exception):
     """A point that cannot be measured here (a peer not installed, a prompt too long)."""
+
+
+@dataclass
+class Trial:
+    """A point being measured: its prompts, its `run(short)` and the timed runs so far
+    (wall s, CPU s, token ids, stats, prefill s), in the order they ran."""
+
+    point: Point
+    prompts: list[list[int]]
+    run: Callable
+    runs: list[tuple] = field(default_factory=list)
 
 
 def _percentile(xs: list[float], q: float) -> float | None:
@@ -113,6 +126,7 @@ class Runner:
         self.vllm_python = vllm_python
         self._vllm: tuple[int, object] | None = None  # (draft k, VllmPeer): one alive at a time
         self._warm: set[tuple[str, int]] = set()
+        self._llamacpp: tuple[int, object] | None = None  # (context, its model)
 
     # ------------------------------------------------------------------ prompts
 
@@ -182,6 +196,59 @@ class Runner:
     # ------------------------------------------------------------------ measuring
 
     def measure(self, point: Point) -> dict:
+        """`repeats` runs of one point, back to back; the median run's row."""
+        trial = self.start(point)
+        for _ in range(self.repeats):
+            self.run_once(trial)
+        return self.finish(trial)
+
+    def measure_group(self, points: list[Point]) -> list[dict | Exception]:
+        """Points that differ only in the method, measured in turns: every method's first
+        run, then every method's second, and so on, each turn starting one method later.
+
+        Why: on a shared CPU the speed drifts over minutes, so a method measured after
+        another can read a few percent apart with the same steps (stop 25 measured `auto`,
+        which never drafted, at 0.94x plain that way). Runs taken in turns see the same
+        drift, and `analysis` pairs each method's run with plain's of the same turn.
+        vLLM keeps one process per draft setting, so its points run on their own, back to
+        back. Returns each point's row, or the error that kept it from being measured.
+        """
+        results: dict[Point, dict | Exception] = {}
+        trials = []
+        for point in points:
+            try:
+                trial = self.start(point)
+            except (Skip, SpecdecError) as err:
+                results[point] = err
+                continue
+            if vllm_draft_k(point.method) is None:
+                trials.append(trial)
+            else:
+                results[point] = self._runs(trial, self.repeats)
+        turns = time.strftime("%Y-%m-%dT%H:%M:%S") if len(trials) > 1 else None
+        for i in range(self.repeats):
+            shift = i % max(1, len(trials))
+            for trial in trials[shift:] + trials[:shift]:
+                if trial.point not in results:
+                    try:
+                        self.run_once(trial)
+                    except SpecdecError as err:
+                        results[trial.point] = err
+        for trial in trials:
+            if trial.point not in results:
+                results[trial.point] = self.finish(trial, turns)
+        return [results[p] for p in points]
+
+    def _runs(self, trial: Trial, n: int) -> dict | Exception:
+        try:
+            for _ in range(n):
+                self.run_once(trial)
+        except SpecdecError as err:
+            return err
+        return self.finish(trial)
+
+    def start(self, point: Point) -> Trial:
+        """The point's prompts and run, warmed up (raises `Skip` where it cannot run)."""
         if self.tp > 1 and is_peer(point.method):
             raise Skip(
                 f"{point.method} runs the whole model in one process: not under tensor "
@@ -201,18 +268,26 @@ class Runner:
         if warm_key not in self._warm:  # first calls of a shape are slower: one short run
             run(short=True)
             self._warm.add(warm_key)
-        runs = []
-        for _ in range(self.repeats):
-            t0, c0 = time.perf_counter(), time.process_time()
-            token_ids, stats, prefill_s = run(short=False)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            runs.append((wall, cpu, token_ids, stats, prefill_s))
+        return Trial(point, prompts, run)
+
+    def run_once(self, trial: Trial) -> None:
+        """One timed run of the trial's point."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        token_ids, stats, prefill_s = trial.run(short=False)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        trial.runs.append((wall, cpu, token_ids, stats, prefill_s))
+
+    def finish(self, trial: Trial, turns: str | None = None) -> dict:
+        """The row of the median run (by wall time); every run's tokens/s in run order,
+        and `turns`, the start of the group's turns when the runs alternated with other
+        methods' (rows of the same turns pair run by run)."""
+        point, prompts, runs = trial.point, trial.prompts, trial.runs
         # The median run by wall time (outputs are the same in every run: seeded sampling).
-        runs.sort(key=lambda r: r[0])
-        wall, cpu, token_ids, stats, prefill_s = runs[len(runs) // 2]
+        wall, cpu, token_ids, stats, prefill_s = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
         row = self._row(point, prompts, token_ids, stats, wall, prefill_s)
         generated = row["generated_tokens"]
         row["runs_tokens_per_s"] = [round(generated / r[0], 3) for r in runs]
+        row["turns"] = turns
         # CPU seconds this process used: with --threads 1 that is the work done, whatever
         # share of the cores neighbours took (a shared machine stretches wall time, not CPU
         # time); with more threads it also counts threads spinning at barriers.
@@ -350,11 +425,15 @@ class Runner:
         gguf = cache_root() / "gguf" / spec.gguf_file if spec else None
         if gguf is None or not gguf.is_file():
             raise Skip(f"no GGUF file for {self.model_name} (registry models only)")
+        context = max(len(p) for p in prompts) + self.max_tokens + 8
+        if self._llamacpp is None or self._llamacpp[0] < context:  # loaded outside the timing
+            self._llamacpp = (context, peers.llamacpp_model(gguf, context))
+        model = self._llamacpp[1]
 
         def run(short: bool):
             n = 4 if short else self.max_tokens
             out = peers.llamacpp_generate(
-                gguf, prompts[:1] if short else prompts, n, point.temperature
+                model, prompts[:1] if short else prompts, n, point.temperature
             )
             return None if short else (out, None, 0.0)
 

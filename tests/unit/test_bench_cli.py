@@ -112,13 +112,13 @@ def test_files_and_fields(bench_out):
 
 def test_resume_measures_only_new_points(model_dir, bench_out, monkeypatch):
     measured = []
-    original = bench_runner.Runner.measure
+    original = bench_runner.Runner.start
 
     def counting(self, point):
         measured.append(point.key)
         return original(self, point)
 
-    monkeypatch.setattr(bench_runner.Runner, "measure", counting)
+    monkeypatch.setattr(bench_runner.Runner, "start", counting)
     before = json.loads((bench_out / "results.json").read_text())["rows"]
     # The same sweep plus temperature 1 at batch 1: only the new points (and the skipped
     # llama.cpp ones, tried again) are measured; the old rows stay as they were.
@@ -151,7 +151,7 @@ def test_remeasure_costs_only(model_dir, bench_out, monkeypatch):
         raise AssertionError("no point should be measured")
 
     monkeypatch.setattr(bench_runner.Runner, "costs", costs)
-    monkeypatch.setattr(bench_runner.Runner, "measure", measure)
+    monkeypatch.setattr(bench_runner.Runner, "start", measure)
     args = ["--batches", "1,2", "--temperatures", "0", "--methods", "plain,draft-k2"]
     assert _bench(model_dir, bench_out, *args, "--remeasure-costs") == 0
     assert calls == {"costs": 4, "measure": 0}  # 2 workloads x 2 batch sizes

@@ -147,6 +147,64 @@ def test_derive_without_a_plain_row_or_costs():
     assert rows[0]["cost_per_million_tokens"] is None
 
 
+def test_paired_speedup_pairs_runs_of_the_same_turns_and_the_floor_check_uses_it():
+    """The machine slows down between turns: `auto`'s median run reads 0.90x plain's median
+    run, yet in every turn it ran at 0.99x plain's run beside it. The floor check judges
+    the paired figure; rows from different turns (or one run) keep `speedup` alone."""
+    from specdec.bench.report import checks
+
+    plain = _row("plain", None, 10.0) | {"turns": "t1", "runs_tokens_per_s": [10.0, 8.0, 10.0]}
+    auto = _row("draft-auto", "auto", 9.0) | {"turns": "t1", "runs_tokens_per_s": [9.9, 7.92, 9.9]}
+    rows = [plain, auto]
+    derive(rows, {}, k_max=4, price_per_hour=None)
+    assert auto["speedup"] == 0.9 and auto["paired_speedup"] == pytest.approx(0.99)
+    assert plain["paired_speedup"] == 1.0
+    assert "**yes** at all 1 points" in checks(rows)[0] and "per-turn" in checks(rows)[0]
+    for other in ({"turns": "t0"}, {"turns": None}, {"runs_tokens_per_s": [9.9]}):
+        rows = [dict(plain), auto | other]
+        rows[0]["runs_tokens_per_s"] = rows[0]["runs_tokens_per_s"][
+            : len(rows[1]["runs_tokens_per_s"])
+        ]
+        derive(rows, {}, k_max=4, price_per_hour=None)
+        assert rows[1]["paired_speedup"] is None and "**no**" in checks(rows)[0]
+
+
+def test_methods_of_a_group_take_turns(monkeypatch):
+    """Every method's first run, then every second run, each turn starting one method
+    later; a point that cannot start is returned as its error, the others' rows share
+    their turns and keep every run in order."""
+    from types import SimpleNamespace
+
+    from specdec.bench import runner as bench_runner
+
+    runner = object.__new__(bench_runner.Runner)
+    runner.repeats, runner.tp, runner.llm = 3, 1, SimpleNamespace(tp=None)
+    order = []
+
+    def start(self, point):
+        if point.method == "llamacpp":
+            raise bench_runner.Skip("not installed")
+
+        def run(short):
+            order.append(point.method)
+            return [[1, 2, 3]], None, 0.0
+
+        return bench_runner.Trial(point, [[5, 6]], run)
+
+    monkeypatch.setattr(bench_runner.Runner, "start", start)
+    methods = ("plain", "draft-auto", "llamacpp", "draft-k2")
+    results = runner.measure_group([Point("code", None, 1, 0.0, m) for m in methods])
+    assert order == ["plain", "draft-auto", "draft-k2"] + ["draft-auto", "draft-k2", "plain"] + [
+        "draft-k2",
+        "plain",
+        "draft-auto",
+    ]
+    assert isinstance(results[2], bench_runner.Skip)
+    rows = [results[0], results[1], results[3]]
+    assert len({r["turns"] for r in rows}) == 1 and rows[0]["turns"] is not None
+    assert all(len(r["runs_tokens_per_s"]) == 3 for r in rows)
+
+
 # ----------------------------------------------------------------------------- plan
 
 
