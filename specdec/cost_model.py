@@ -445,6 +445,9 @@ class AdaptiveWindow:
         self._off = 0  # steps left with speculation off (the guard tripped)
         self._next_backoff = backoff
         self._admissions = 0  # prefills observed: batches of requests admitted
+        # (admissions, rows, catch-up, remaining) when `_may_start` last said no: it stands
+        # until the next admission (see `_start_allowed`).
+        self._refused: tuple[int, int, int, int] | None = None
 
     @property
     def alpha(self) -> list[float]:
@@ -480,10 +483,29 @@ class AdaptiveWindow:
             k
             and catch_up
             and remaining is not None
-            and not self._may_start(rows, catch_up, remaining)
+            and not self._start_allowed(rows, catch_up, remaining)
         ):
             return 0
         return k
+
+    def _start_allowed(self, rows: int, catch_up: int, remaining: int) -> bool:
+        """`_may_start`, except that a refusal stands until the next admission or a change
+        in the rows: until then each step only adds to the catch-up and takes from the
+        tokens ahead, so pricing the start again would say no again. It cost 0.3 ms a step
+        (2% of a SmolLM2 step) on every step of a run that never drafts."""
+        last = self._refused
+        if (
+            last is not None
+            and last[:2] == (self._admissions, rows)
+            and catch_up >= last[2]
+            and remaining <= last[3]
+        ):
+            return False
+        if self._may_start(rows, catch_up, remaining):
+            self._refused = None
+            return True
+        self._refused = (self._admissions, rows, catch_up, remaining)
+        return False
 
     def _may_start(self, rows: int, catch_up: int, remaining: int) -> bool:
         """Whether to pay a catch-up of `catch_up` draft tokens now.

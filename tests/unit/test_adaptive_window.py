@@ -508,3 +508,23 @@ def test_startup_keeps_its_curve_when_the_batch_shrinks():
         borrowed = costs.startup_verify_time(rows - 1, k + 1)
         assert borrowed == pytest.approx(own.startup_verify_time(rows - 1, k + 1), rel=0.1)
         assert borrowed > (1 + 0.1 * k) * plain_s * 0.95
+
+
+def test_a_refused_start_stands_until_the_next_admission(monkeypatch):
+    """Once `_may_start` says no, steps that only add to the catch-up and take from the
+    tokens ahead are refused without pricing; more tokens ahead, other rows or a new
+    admission price the start again, and a yes clears the refusal."""
+    window = AdaptiveWindow()
+    priced, answer = [], [False]
+    monkeypatch.setattr(window, "_choose", lambda rows: 1)
+    monkeypatch.setattr(window, "_may_start", lambda *args: priced.append(args) or answer[0])
+    assert window.choose(1, catch_up=50, remaining=30) == 0
+    assert window.choose(1, catch_up=51, remaining=29) == 0
+    assert window.choose(1, catch_up=52, remaining=28) == 0
+    assert len(priced) == 1
+    assert window.choose(1, catch_up=53, remaining=40) == 0 and len(priced) == 2
+    assert window.choose(2, catch_up=54, remaining=27) == 0 and len(priced) == 3
+    window.observe_prefill(1, 10, 10, 0.1)
+    answer[0] = True
+    assert window.choose(2, catch_up=55, remaining=26) == 1 and len(priced) == 4
+    assert window.choose(2, catch_up=56, remaining=25) == 1 and len(priced) == 5
