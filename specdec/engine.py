@@ -487,7 +487,10 @@ class Engine:
             seq.trace.append((drafted, min(n, out), out))
         draft_s = t1 - t0 - catch_up_s - (captures[1] - captures[0])
         verify_s = now - t1 - (captures[2] - captures[1])
-        self.window.observe(B, k, verify_s, draft_s, *_conditional_counts(accepted, draft))
+        first_s = getattr(drafter, "last_first_s", None) if k else None
+        self.window.observe(
+            B, k, verify_s, draft_s, *_conditional_counts(accepted, draft), draft_first_s=first_s
+        )
 
     def _verify_chain(self, live, cache, draft, params, generators):
         """k+1 positions per row in one pass; returns the verdict and the kept positions'

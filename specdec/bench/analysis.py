@@ -117,7 +117,7 @@ def _predict(row: dict, entry: dict | None, k_max: int) -> None:
         row["predicted_best_k"] = k
     else:
         k, speedup = window, predict_speedup(costs, rows, alpha, window)
-        step = k * costs.draft_time(rows) + costs.verify_time(rows, k + 1)
+        step = costs.draft_seconds(rows, k) + costs.verify_time(rows, k + 1)
         tokens_per_pass = row["mean_accepted_length"]
         row["predicted_from_tokens_per_pass"] = round(
             tokens_per_pass * costs.verify_time(rows, 1) / step, 4

@@ -81,6 +81,9 @@ class DraftModelDrafter(DrafterBase):
         # (tokens, seconds) of the latest step's catch-up pass ((0, 0.0): none): the engine
         # takes it out of the step's draft time and prices the next start-up with it.
         self.last_catch_up: tuple[int, float] = (0, 0.0)
+        # Seconds of the latest step's first draft token (its pass feeds one or two tokens
+        # per row, the later ones one): `auto` prices the two apart.
+        self.last_first_s: float | None = None
         self.prefix_cache: PrefixCache | None = None
 
     def use_prefix_cache(self, store: PrefixCache) -> None:
@@ -147,9 +150,11 @@ class DraftModelDrafter(DrafterBase):
         B, device = self.rows, self.model.device
         self._k = k
         self.last_catch_up = (0, 0.0)
+        self.last_first_s = None
         if k == 0:  # speculation is off this step: feed nothing, let pending grow
             return Draft.empty(B, device)
         self._catch_up()
+        started = time.perf_counter()
         self._start = self.cache.lengths[:B].clone()
         tokens, fed = right_pad(self.pending, device)
         temps = param_tensors(params, device)
@@ -161,6 +166,8 @@ class DraftModelDrafter(DrafterBase):
             q = self._distribution(logits, temps)  # [B, V_target]
             drafted.append(sample(q, generators, greedy))
             qs.append(q)
+            if i == 0:
+                self.last_first_s = time.perf_counter() - started
             if i < k - 1:
                 logits = self._forward(drafted[-1][:, None], self.cache).logits[:, 0]
         self._draft = torch.stack(drafted, 1)  # [B, k]
