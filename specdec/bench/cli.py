@@ -82,7 +82,12 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--max-tokens", type=int, default=None)
     p.add_argument("--prompts-per-point", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=None, help="runs per point, median kept")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="runs per point, taken in turns with the group's other methods; median kept",
+    )
     p.add_argument("--k-max", type=int, default=8, help="largest window auto may choose")
     p.add_argument("--curve-ks", type=_ints, default=None, help="verify-cost curve k values")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens")

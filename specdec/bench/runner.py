@@ -7,8 +7,9 @@ and, for `auto`, a fresh window, so what it learned at one point never helps ano
 Timing is wall clock around one `generate` call over all the point's prompts (batches of
 `batch` at a time): tokens/s is generated tokens over that wall time, prefill included,
 as a user waiting for the whole batch sees it. With `repeats` > 1 the point runs that many
-times and the median run is kept (every run's tokens/s is recorded): on a shared CPU one
-run can be slowed several-fold by a neighbour. TPOT and TTFT are per request, from the
+times, in turns with its group's other methods (`measure_group`), and the median run is
+kept (every run's tokens/s is recorded, in run order): on a shared CPU one run can be
+slowed several-fold by a neighbour. TPOT and TTFT are per request, from the
 engine's own `SpecStats` (peers report neither).
 
 Tensor parallelism (`tp` > 1, under torchrun): every rank runs the same points in lockstep,
