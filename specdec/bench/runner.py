@@ -225,7 +225,7 @@ class Runner:
             if vllm_draft_k(point.method) is None:
                 trials.append(trial)
             else:
-                results[point] = self._runs(trial, self.repeats)
+                results[point] = self._back_to_back(trial)
         turns = time.strftime("%Y-%m-%dT%H:%M:%S") if len(trials) > 1 else None
         for i in range(self.repeats):
             shift = i % max(1, len(trials))
@@ -240,9 +240,10 @@ class Runner:
                 results[trial.point] = self.finish(trial, turns)
         return [results[p] for p in points]
 
-    def _runs(self, trial: Trial, n: int) -> dict | Exception:
+    def _back_to_back(self, trial: Trial) -> dict | Exception:
+        """`repeats` runs of one point in a row: its row, or the error that stopped it."""
         try:
-            for _ in range(n):
+            for _ in range(self.repeats):
                 self.run_once(trial)
         except SpecdecError as err:
             return err
