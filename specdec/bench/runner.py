@@ -196,13 +196,6 @@ class Runner:
 
     # ------------------------------------------------------------------ measuring
 
-    def measure(self, point: Point) -> dict:
-        """`repeats` runs of one point, back to back; the median run's row."""
-        trial = self.start(point)
-        for _ in range(self.repeats):
-            self.run_once(trial)
-        return self.finish(trial)
-
     def measure_group(self, points: list[Point]) -> list[dict | Exception]:
         """Points that differ only in the method, measured in turns: every method's first
         run, then every method's second, and so on, each turn starting one method later.

@@ -113,20 +113,26 @@ def test_a_cold_start_pays_where_the_plans_say_verifying_is_cheap():
     assert not startup_pays(_cold(steep, draft_plan), 1, alpha, 8, PROMPT, LEFT)
 
 
-def test_the_engine_hands_the_plans_to_the_window(tokenizer, monkeypatch):
-    """The engine gives the window both models' projection seconds when it builds the
-    drafter (empty for a model without plans, as these tiny ones are: the fallbacks)."""
+def _tiny_pair_engine(tokenizer, window):
+    """(engine, target, draft): a tiny Qwen2 target with a one-layer draft model."""
     target = native_from_hf(hf_tiny("qwen2"))
     draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
-    seen = []
-    monkeypatch.setattr(AdaptiveWindow, "set_plan_seconds", lambda self, *plans: seen.append(plans))
     engine = Engine(
         target,
         tokenizer,
         frozenset(),
         drafter_factory=lambda rows, length: DraftModelDrafter(draft, 97, 97, rows, length),
-        window=AdaptiveWindow(k_max=4),
+        window=window,
     )
+    return engine, target, draft
+
+
+def test_the_engine_hands_the_plans_to_the_window(tokenizer, monkeypatch):
+    """The engine gives the window both models' projection seconds when it builds the
+    drafter (empty for a model without plans, as these tiny ones are: the fallbacks)."""
+    seen = []
+    monkeypatch.setattr(AdaptiveWindow, "set_plan_seconds", lambda self, *plans: seen.append(plans))
+    engine, target, draft = _tiny_pair_engine(tokenizer, AdaptiveWindow(k_max=4))
     engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=3))
     assert seen == [({}, {})]
     monkeypatch.setattr(engine_module, "projection_seconds", lambda m: {1: float(id(m))})
@@ -180,8 +186,6 @@ def test_a_steps_first_draft_token_is_priced_apart():
 
 def test_the_draft_model_times_its_first_draft_token(tokenizer):
     """The engine hands `auto` the draft model's first-token seconds of each step."""
-    target = native_from_hf(hf_tiny("qwen2"))
-    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
     seen = []
 
     class Recording(AdaptiveWindow):
@@ -191,13 +195,7 @@ def test_the_draft_model_times_its_first_draft_token(tokenizer):
         def observe(self, rows, k, verify_s, draft_s, *counts, draft_first_s=None):
             seen.append((k, draft_s, draft_first_s))
 
-    engine = Engine(
-        target,
-        tokenizer,
-        frozenset(),
-        drafter_factory=lambda rows, length: DraftModelDrafter(draft, 97, 97, rows, length),
-        window=Recording(k_max=3),
-    )
+    engine, _, _ = _tiny_pair_engine(tokenizer, Recording(k_max=3))
     engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=9))
     drafted = [(total, first) for k, total, first in seen if k == 3]
     assert drafted and all(0 < first < total for total, first in drafted)
