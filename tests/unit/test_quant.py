@@ -173,3 +173,54 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
         assert "q4_native" not in layer.kernels() and "int4" not in layer.kernels()
     finally:
         native.q4_gemv.cache_clear()
+
+
+_ISA_OUTPUTS = """
+import sys, torch
+from specdec.models import native
+from specdec.models.quant import q4_quantize
+torch.manual_seed(0)
+outs = []
+for k in (64, 576, 896, 1536):  # 1, 2 + 1 (cut short), 3.5 and 6 super-blocks
+    q4 = q4_quantize(torch.randn(24, k) * 0.05)
+    for rows in (1, 2, 3, 5, 8, 9):
+        x = torch.randn(rows, k)
+        outs.append(native.q4_gemv()(x, q4.qs, q4.sc, q4.mn, q4.d, q4.dmin))
+torch.save(outs, sys.argv[1])
+"""
+
+
+def test_native_q4_avx512_build_computes_what_the_avx2_build_does(tmp_path):
+    """Where the CPU has AVX-512 VNNI the int4 kernel takes a wider path; its integer lanes
+    fold into AVX2's, so both builds give the same floats (and the AVX2 path, which CI
+    machines without AVX-512 run, is checked here too)."""
+    import os
+    import subprocess
+    import sys
+
+    from specdec.models.kernel_tuning import cpu_info
+
+    if native.instruction_set(set(cpu_info()[1].split())) != "avx512vnni":
+        pytest.skip("no AVX-512 VNNI on this CPU")
+    outputs = {}
+    for isa in ("avx512vnni", "avx2"):
+        env = {**os.environ, "SPECDEC_NATIVE": "1", "SPECDEC_NATIVE_ISA": isa}
+        path = tmp_path / f"{isa}.pt"
+        subprocess.run([sys.executable, "-c", _ISA_OUTPUTS, str(path)], env=env, check=True)
+        outputs[isa] = torch.load(path)
+    assert len(outputs["avx2"]) == 24
+    for wide, narrow in zip(outputs["avx512vnni"], outputs["avx2"], strict=True):
+        assert torch.equal(wide, narrow)
+
+
+def test_native_isa_can_only_be_narrowed(monkeypatch):
+    avx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+    assert native.instruction_set(avx512) == "avx512vnni"
+    assert native.instruction_set({"avx2", "fma"}) == "avx2"
+    monkeypatch.setenv("SPECDEC_NATIVE_ISA", "avx2")
+    assert native.instruction_set(avx512) == "avx2"
+    monkeypatch.setenv("SPECDEC_NATIVE_ISA", "avx512vnni")
+    assert native.instruction_set({"avx2", "fma"}) == "avx2"  # never wider than the CPU
+    monkeypatch.setenv("SPECDEC_NATIVE_ISA", "sse2")
+    with pytest.raises(ValueError, match="SPECDEC_NATIVE_ISA"):
+        native.instruction_set(avx512)

@@ -8,7 +8,8 @@ activations with integer dot products, where PyTorch's int4 kernel is compute-bo
 per-op dispatch costs more than the arithmetic of a few rows.
 The build lands in `$SPECDEC_HOME/native/<machine>` and is reused by later processes; a
 machine that cannot build it (no compiler, no AVX2/FMA) gets None, and `Linear` keeps its
-PyTorch kernels. `SPECDEC_NATIVE=0` turns native kernels off.
+PyTorch kernels. `SPECDEC_NATIVE=0` turns native kernels off; `SPECDEC_NATIVE_ISA=avx2`
+builds the AVX2 path on a CPU that has AVX-512 VNNI too.
 """
 
 from __future__ import annotations
@@ -55,14 +56,28 @@ def sources_digest() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+# Compiler flags per instruction set the kernels have a path for. AVX-512 VNNI takes the
+# int4 product's integer dot products 512 bits and four products at a time (q4_kernel.h).
+ISA_FLAGS = {"avx2": [], "avx512vnni": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]}
+
+
+def instruction_set(flags: set[str]) -> str:
+    """The widest instruction set the CPU's flags allow, unless `SPECDEC_NATIVE_ISA` names
+    a narrower one (to compare the two builds on one machine)."""
+    widest = "avx512vnni" if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags else "avx2"
+    asked = os.environ.get("SPECDEC_NATIVE_ISA", widest)
+    if asked not in ISA_FLAGS:
+        raise ValueError(f"SPECDEC_NATIVE_ISA={asked!r}: expected one of {sorted(ISA_FLAGS)}")
+    return "avx2" if widest == "avx2" else asked
+
+
 def _build(name: str):
     """Compile (or load the earlier build of) `<name>.cpp`, or None where it cannot be."""
     # Imported here: kernel_tuning imports linear.py, which imports this module.
     from specdec.models.kernel_tuning import cpu_info, machine
 
-    if os.environ.get("SPECDEC_NATIVE", "1") == "0" or not {"avx2", "fma"} <= set(
-        cpu_info()[1].split()
-    ):
+    flags = set(cpu_info()[1].split())
+    if os.environ.get("SPECDEC_NATIVE", "1") == "0" or not {"avx2", "fma"} <= flags:
         return None
     try:
         from torch.utils.cpp_extension import load
@@ -73,13 +88,14 @@ def _build(name: str):
         # alone would not rebuild for a changed header), not on how many threads run it or
         # on the PyTorch-side kernels.
         built_for = {k: v for k, v in machine().items() if k not in ("threads", "kernels")}
+        built_for["isa"] = isa = instruction_set(flags)
         key = hashlib.sha256(json.dumps(built_for, sort_keys=True).encode()).hexdigest()[:16]
         build = cache_root() / "native" / key
         build.mkdir(parents=True, exist_ok=True)
         return load(
             name=f"specdec_{name}",
             sources=[str(HERE / f"{name}.cpp")],
-            extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
+            extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", *ISA_FLAGS[isa]],
             extra_ldflags=["-fopenmp"],
             build_directory=str(build),
             verbose=False,
