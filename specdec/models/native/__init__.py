@@ -9,7 +9,7 @@ per-op dispatch costs more than the arithmetic of a few rows.
 The build lands in `$SPECDEC_HOME/native/<machine>` and is reused by later processes; a
 machine that cannot build it (no compiler, no AVX2/FMA) gets None, and `Linear` keeps its
 PyTorch kernels. `SPECDEC_NATIVE=0` turns native kernels off; `SPECDEC_NATIVE_ISA=avx2`
-builds the AVX2 path on a CPU that has AVX-512 VNNI too.
+builds the AVX2 paths on a CPU that has AVX-512 too.
 """
 
 from __future__ import annotations
@@ -56,19 +56,27 @@ def sources_digest() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-# Compiler flags per instruction set the kernels have a path for. AVX-512 VNNI takes the
-# int4 product's integer dot products 512 bits and four products at a time (q4_kernel.h).
-ISA_FLAGS = {"avx2": [], "avx512vnni": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]}
+# Compiler flags per instruction set the kernels have a path for. With AVX-512 (F, BW, VL
+# and VNNI) the int4 product takes its integer dot products 512 bits and four products at
+# a time (q4_kernel.h) and the bf16 one widens and multiplies 16 weights at a time. (AVX-512
+# BF16's `vdpbf16ps`, tried on a Xeon with it, multiplied 0.7x as fast as the widened fp32
+# FMAs with the weights in cache, 0.56x for one row: no path uses it.)
+ISA_FLAGS = {"avx2": [], "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]}
+ISA_NEEDS = {
+    "avx2": {"avx2", "fma"},
+    "avx512": {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"},
+}
 
 
 def instruction_set(flags: set[str]) -> str:
     """The widest instruction set the CPU's flags allow, unless `SPECDEC_NATIVE_ISA` names
     a narrower one (to compare the two builds on one machine)."""
-    widest = "avx512vnni" if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags else "avx2"
+    order = list(ISA_FLAGS)  # narrowest first
+    widest = max((isa for isa in order if ISA_NEEDS[isa] <= flags), key=order.index, default="avx2")
     asked = os.environ.get("SPECDEC_NATIVE_ISA", widest)
     if asked not in ISA_FLAGS:
-        raise ValueError(f"SPECDEC_NATIVE_ISA={asked!r}: expected one of {sorted(ISA_FLAGS)}")
-    return "avx2" if widest == "avx2" else asked
+        raise ValueError(f"SPECDEC_NATIVE_ISA={asked!r}: expected one of {order}")
+    return min(asked, widest, key=order.index)
 
 
 def _build(name: str):

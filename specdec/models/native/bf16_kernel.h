@@ -1,7 +1,7 @@
 // The bf16 product shared by bf16_gemv.cpp (one projection per call) and decode_stack.cpp
 // (every layer of a decode step in one call): y = x @ W.T for the few rows of a decode or
-// verify step, W in bf16, on CPUs whose vector units have no bf16 arithmetic (AVX2 + FMA,
-// e.g. Zen 3). Each weight is widened to fp32 in registers (a bf16 is the top half of an
+// verify step, W in bf16, in fp32 arithmetic (AVX2 + FMA, AVX-512 where the CPU has it).
+// Each weight is widened to fp32 in registers (a bf16 is the top half of an
 // fp32) as it streams from memory, once for all rows of x, so a step reads the bf16 bytes
 // once instead of an fp32 copy twice their size.
 #pragma once
@@ -48,12 +48,57 @@ void rows_times_weights(const float* x, const uint16_t* w, float* y, int64_t K, 
   if (n < end) rows_times_weights<R, 1>(x, w, y, K, N, n, end);
 }
 
+#if defined(__AVX512F__)
+// The same product 16 weights at a time, where the CPU has AVX-512 (built with -mavx512f,
+// native/__init__.py): half the instructions per weight of the AVX2 loop above, which is
+// what kept a verify pass of 4-8 rows below the memory's pace. Each row still sums its
+// products in one fixed order whatever the row count (batch-invariant), but in 16 lanes,
+// not 8: its floats differ from the AVX2 build's in the last bits.
+template <int R, int T>
+void rows_times_weights_512(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N,
+                            int64_t begin, int64_t end) {
+  const int64_t K16 = K - K % 16;  // K % 8 == 0: a last 8 goes through zero-extended halves
+  int64_t n = begin;
+  for (; n + T <= end; n += T) {
+    __m512 acc[T][R];
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) acc[t][r] = _mm512_setzero_ps();
+    const uint16_t* next_block = w + (n + T) * K;  // prefetching past W's end is harmless
+    for (int64_t k = 0; k < K16; k += 16) {
+      if (k % 32 == 0)
+        for (int t = 0; t < T; ++t)
+          _mm_prefetch(reinterpret_cast<const char*>(next_block + t * K + k), _MM_HINT_T0);
+      for (int t = 0; t < T; ++t) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (n + t) * K + k));
+        const __m512 wf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+        for (int r = 0; r < R; ++r)
+          acc[t][r] = _mm512_fmadd_ps(wf, _mm512_loadu_ps(x + r * K + k), acc[t][r]);
+      }
+    }
+    if (K16 < K)
+      for (int t = 0; t < T; ++t) {
+        const __m512 wf = _mm512_zextps256_ps512(simd::widen_bf16(w + (n + t) * K + K16));
+        for (int r = 0; r < R; ++r)
+          acc[t][r] = _mm512_fmadd_ps(wf, _mm512_zextps256_ps512(_mm256_loadu_ps(x + r * K + K16)), acc[t][r]);
+      }
+    for (int t = 0; t < T; ++t)
+      for (int r = 0; r < R; ++r) y[r * N + n + t] = _mm512_reduce_add_ps(acc[t][r]);
+  }
+  if (n < end) rows_times_weights_512<R, 1>(x, w, y, K, N, n, end);
+}
+#endif
+
 template <int R>
 void run_rows(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N) {
   // Chunks of output rows per thread: large enough to stream, small enough to balance.
   at::parallel_for(0, N, 64, [&](int64_t begin, int64_t end) {
+#if defined(__AVX512F__)
+    constexpr int T = R <= 2 ? 4 : (R <= 5 ? 3 : 2);  // T * R accumulators <= 16 of 32 registers
+    rows_times_weights_512<R, T>(x, w, y, K, N, begin, end);
+#else
     constexpr int T = R <= 2 ? 4 : (R <= 4 ? 2 : 1);  // T * R accumulators <= 12 registers
     rows_times_weights<R, T>(x, w, y, K, N, begin, end);
+#endif
   });
 }
 

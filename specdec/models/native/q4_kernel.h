@@ -92,6 +92,13 @@ Activations quantize_rows(const In* xin, int64_t R, int64_t K, int64_t S) {
 // lines up with the chunk's 64 activations as stored. Lanes i and 8 + i of the result sum
 // the same bytes 4i..4i+3 of their groups that AVX2's lane i sums, so folding the two
 // halves gives AVX2's 8 lanes exactly (integer sums): both builds compute the same floats.
+// Chunk c's scale vector picks scale 2c for lanes 0-7 and 2c + 1 for lanes 8-15.
+inline const __m512i SCALE_LANES[4] = {
+    _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+    _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+    _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+    _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
+
 template <int R>
 inline void block_products(const uint8_t* q, const uint8_t* scales, const int8_t* x, int64_t K,
                            int64_t chunks, __m256i* iacc) {
@@ -117,12 +124,7 @@ inline void block_products(const uint8_t* q, const uint8_t* scales, const int8_t
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
       w[0] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
-    for (int j = 0; j < n; ++j) {
-      const int g = 2 * static_cast<int>(c + j);
-      const __m512i index = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(g)),
-                                               _mm256_set1_epi32(g + 1), 1);
-      sv[j] = _mm512_permutexvar_epi32(index, all);
-    }
+    for (int j = 0; j < n; ++j) sv[j] = _mm512_permutexvar_epi32(SCALE_LANES[c + j], all);
     for (int r = 0; r < R; ++r) {
       for (int j = 0; j < n; ++j) {
         const __m512i xv = _mm512_loadu_si512(x + r * K + (c + j) * 64);
