@@ -67,6 +67,7 @@ def machine() -> dict[str, str | int]:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "native": native.sources_digest(),
+        "isa": native.instruction_set(set(flags.split())),  # which native paths are built
         "kernels": KERNELS_VERSION,
     }
 

@@ -92,11 +92,11 @@ def _build(name: str):
 
         from specdec.models.registry import cache_root
 
-        # The build depends on the CPU, torch and the sources (machine() names all three; torch
-        # alone would not rebuild for a changed header), not on how many threads run it or
-        # on the PyTorch-side kernels.
+        # The build depends on the CPU, torch, the sources and the instruction set (machine()
+        # names all four; torch alone would not rebuild for a changed header), not on how
+        # many threads run it or on the PyTorch-side kernels.
         built_for = {k: v for k, v in machine().items() if k not in ("threads", "kernels")}
-        built_for["isa"] = isa = instruction_set(flags)
+        isa = built_for["isa"]
         key = hashlib.sha256(json.dumps(built_for, sort_keys=True).encode()).hexdigest()[:16]
         build = cache_root() / "native" / key
         build.mkdir(parents=True, exist_ok=True)
