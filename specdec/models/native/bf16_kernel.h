@@ -68,11 +68,14 @@ void rows_times_weights_512(const float* x, const uint16_t* w, float* y, int64_t
       if (k % 32 == 0)
         for (int t = 0; t < T; ++t)
           _mm_prefetch(reinterpret_cast<const char*>(next_block + t * K + k), _MM_HINT_T0);
+      __m512 wf[T];
       for (int t = 0; t < T; ++t) {
         const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + (n + t) * K + k));
-        const __m512 wf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-        for (int r = 0; r < R; ++r)
-          acc[t][r] = _mm512_fmadd_ps(wf, _mm512_loadu_ps(x + r * K + k), acc[t][r]);
+        wf[t] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+      }
+      for (int r = 0; r < R; ++r) {  // each activation vector loaded once for the T rows of W
+        const __m512 xv = _mm512_loadu_ps(x + r * K + k);
+        for (int t = 0; t < T; ++t) acc[t][r] = _mm512_fmadd_ps(wf[t], xv, acc[t][r]);
       }
     }
     if (K16 < K)
