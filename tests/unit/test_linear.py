@@ -221,3 +221,22 @@ def test_a_plan_without_every_bucket_is_measured_again(tmp_path, monkeypatch):
     monkeypatch.setattr(kernel_tuning, "measure_group", lambda ls: timed.append(1) or real(ls))
     kernel_tuning.tune_kernels(_model(), cache=cache)
     assert timed == [1, 1]
+
+
+def test_one_slow_sweep_does_not_drop_a_kernel(monkeypatch):
+    """A candidate whose first sweep reads far slower than the best (the other core busy
+    for a moment) gets a second sweep, and its repeats, when the second is not slow; a
+    candidate slow twice running is dropped after those two."""
+    calls = []
+
+    def sweep(layers, name, x):
+        calls.append(name)
+        if name == "spiky":
+            return 10.0 if calls.count("spiky") == 1 else 1.0
+        return 10.0
+
+    monkeypatch.setattr(kernel_tuning, "_sweep", sweep)
+    assert kernel_tuning._time([], "spiky", None, best=1.0) == 1.0
+    assert calls.count("spiky") == 2 + kernel_tuning.REPEATS
+    assert kernel_tuning._time([], "slow", None, best=1.0) == 10.0
+    assert calls.count("slow") == 2
