@@ -85,7 +85,7 @@ def _build(name: str):
     from specdec.models.kernel_tuning import cpu_info, machine
 
     flags = set(cpu_info()[1].split())
-    if os.environ.get("SPECDEC_NATIVE", "1") == "0" or not {"avx2", "fma"} <= flags:
+    if os.environ.get("SPECDEC_NATIVE", "1") == "0" or not ISA_NEEDS["avx2"] <= flags:
         return None
     try:
         from torch.utils.cpp_extension import load
