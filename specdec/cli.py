@@ -49,6 +49,13 @@ def _model_args(p) -> None:
         help="draft model weights in 4 bits (default on CPU; lossless: only q changes)",
     )
     p.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="the draft model scores only its N most frequent ids (a cheaper draft step; "
+        "lossless: only q changes; 0 = all)",
+    )
+    p.add_argument(
         "--acceptor",
         default="rejection",
         help="rejection (lossless) | greedy | typical (lossy) | module:Class",
@@ -306,6 +313,7 @@ def _load(args, **engine_args):
         k_max=args.k_max,
         quant=args.quant,
         draft_quant=args.draft_quant,
+        draft_vocab=args.draft_vocab,
         dtype=args.dtype,
         device=args.device,
         tp=args.tp,

@@ -34,6 +34,7 @@ from specdec.distributed import (
 )
 from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.drafters.draft_model import check_same_tokenizer
+from specdec.drafters.draft_vocab import frequent_ids, prune_vocab_head
 from specdec.engine import Completion, Engine
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.kernel_tuning import tune_kernels
@@ -101,6 +102,7 @@ class LLM:
         k_max: int = 8,
         quant: str = "none",
         draft_quant: str | None = None,
+        draft_vocab: int = 0,
         dtype: str = "bf16",
         device: str = "cpu",
         max_batch: int = 8,
@@ -126,6 +128,16 @@ class LLM:
                 "use --draft-tp 1 with them"
             )
         self.draft_tp = draft_tp
+        if draft_vocab < 0:
+            raise InvalidParameterError(f"draft_vocab must be >= 0, got {draft_vocab}")
+        if draft_vocab and (draft is None or draft == "ngram" or is_speculator_dir(draft)):
+            raise InvalidParameterError(
+                "--draft-vocab cuts a draft model's vocabulary head: it needs a draft model "
+                "as --draft (speculator heads take theirs from train-speculator --draft-vocab)"
+            )
+        if draft_vocab and draft_tp > 1:
+            raise InvalidParameterError("--draft-vocab needs --draft-tp 1 (a whole draft head)")
+        self.draft_vocab = draft_vocab
         static, graphs = use_static_passes(torch.device(device), None, cuda_graphs)
         # Engine and drafter options, shared by every engine built on this LLM.
         self.engine_options = {
@@ -145,6 +157,7 @@ class LLM:
         path = resolve(model, dtype)
         self.name = model
         self.tokenizer = load_tokenizer(path)
+        self.eos_ids = eos_token_ids(path, self.tokenizer)
         if self.tp is not None:  # each rank on its own device; refuse bad splits before loading
             device = self.tp.device
             check_tp_split(path, draft if draft_tp > 1 else None, dtype, tp)
@@ -178,7 +191,6 @@ class LLM:
         if self.speculator is not None and isinstance(window, AdaptiveWindow):
             n = self.speculator.config.n_predict  # the heads draft at most n tokens
             window = AdaptiveWindow(k_max=min(window.k_max, n))
-        self.eos_ids = eos_token_ids(path, self.tokenizer)
         if max_len is not None:  # a server's fixed budget, never past the model's context
             headroom = max(window.k_max, tree_nodes) + 2
             max_len = min(max_len, self.model.config.max_position_embeddings + headroom)
@@ -186,7 +198,8 @@ class LLM:
         if isinstance(window, AdaptiveWindow) and self.tp is None and _cost_cache_on():
             setup = {
                 "target": str(path), "quant": quant, "dtype": dtype, "device": str(device),
-                "draft": draft, "draft_quant": draft_quant, "tree": self.tree,
+                "draft": draft, "draft_quant": draft_quant, "draft_vocab": draft_vocab,
+                "tree": self.tree,
                 "n_candidates": n_candidates, "max_batch": max_batch,
             }  # fmt: skip
             self._costs_file, self._costs_setup = cost_file(setup), setup
@@ -244,11 +257,18 @@ class LLM:
         shard = self.tp if self.draft_tp > 1 else None
         draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
         source = gguf_source(draft) if quant == "int4" and shard is None else None
-        self.draft_model = _tuned(quantize(draft_model, quant, source))
+        draft_model = quantize(draft_model, quant, source)
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
+        usable = min(vocab, tok_size, draft_model.config.vocab_size)
+        ids = None
+        if 0 < self.draft_vocab < usable:  # score only the most frequent ids (lossless)
+            ids = frequent_ids(self.tokenizer, self.draft_vocab, usable, keep=self.eos_ids)
+            prune_vocab_head(draft_model, ids)
+        self.draft_model = _tuned(draft_model)
         return lambda max_batch, max_len: DraftModelDrafter(
-            self.draft_model, vocab, tok_size, max_batch, max_len, **self.engine_options
-        )
+            self.draft_model, vocab, tok_size, max_batch, max_len, vocab=ids,
+            **self.engine_options,
+        )  # fmt: skip
 
     def encode(self, prompt: str, chat: bool = False) -> list[int]:
         return encode_prompt(self.tokenizer, prompt, chat)

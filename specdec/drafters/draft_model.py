@@ -61,6 +61,7 @@ class DraftModelDrafter(DrafterBase):
         max_len: int,
         static_passes: bool | None = None,
         cuda_graphs: bool | None = None,
+        vocab: torch.Tensor | None = None,
     ) -> None:
         self.model = model
         self.cache = model.new_cache(max_batch, max_len)
@@ -74,6 +75,12 @@ class DraftModelDrafter(DrafterBase):
         # and give q the target's width so p and q line up.
         self.usable_vocab = min(tokenizer_size, model.config.vocab_size, target_vocab_size)
         self.target_vocab_size = target_vocab_size
+        # A pruned vocabulary head (`prune_vocab_head`) scores only the ids `vocab` [N]:
+        # q is the softmax over them, zero elsewhere, still a distribution the acceptor
+        # corrects, so the output does not change (only how often a draft is kept).
+        self.vocab = None if vocab is None else vocab.to(model.device)
+        if self.vocab is not None and int(self.vocab.max()) >= self.usable_vocab:
+            raise ValueError(f"draft vocabulary ids must be below {self.usable_vocab}")
         self.pending: list[list[int]] = []
         self._k = 0  # window of the current step
         self._draft = torch.zeros(0, 0, dtype=torch.long)  # [B, k] tokens of the current step
@@ -174,6 +181,11 @@ class DraftModelDrafter(DrafterBase):
         return Draft(self._draft, torch.stack(qs, 1), torch.full((B,), k, dtype=torch.long))
 
     def _distribution(self, logits: torch.Tensor, temps) -> torch.Tensor:
+        """Draft logits [B, V_draft] (or [B, N] over `vocab`) -> q [B, V_target]."""
+        if self.vocab is not None:
+            q = probs_from_logits(logits, *temps)  # [B, N]
+            full = q.new_zeros(q.shape[0], self.target_vocab_size)
+            return full.index_copy_(1, self.vocab, q)  # [B, V_target]
         logits = logits[:, : self.usable_vocab]
         q = probs_from_logits(logits, *temps)
         pad = self.target_vocab_size - q.shape[1]

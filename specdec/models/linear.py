@@ -230,3 +230,18 @@ class Linear(nn.Linear):
     def default(self, x: torch.Tensor) -> torch.Tensor:
         """The product without a plan (untuned layers, other devices)."""
         return F.linear(x, self.weight, self.bias)
+
+    def output_rows(self, ids: torch.Tensor) -> Linear:
+        """A new layer computing only the outputs `ids` [N] of this one (a draft model's
+        vocabulary head cut to the ids it may propose): copied weights, never tied, no
+        plan (tune it afterwards)."""
+        return _dense_rows(self, ids)
+
+
+def _dense_rows(layer: nn.Linear, ids: torch.Tensor) -> Linear:
+    weight = layer.weight.detach()
+    out = Linear(layer.in_features, len(ids), bias=layer.bias is not None, device="meta")
+    out.weight = nn.Parameter(weight[ids.to(weight.device)].clone(), requires_grad=False)
+    if layer.bias is not None:
+        out.bias = nn.Parameter(layer.bias.detach()[ids].clone(), requires_grad=False)
+    return out

@@ -248,6 +248,12 @@ class Int4Linear(_QuantLinear):
         half = self.weight.dtype in (torch.bfloat16, torch.float16)
         return half and self.out_features % 16 == 0
 
+    def output_rows(self, ids: torch.Tensor) -> Int4Linear:
+        """The same 4-bit blocks for the outputs `ids` only (each output row is quantized
+        on its own, so the kept rows' weights are what they were)."""
+        rows = Q4Weights(*(t[ids].contiguous() for t in self.q4.tensors()))
+        return Int4Linear(Linear.output_rows(self, ids), rows)
+
     def packed(self, fmt, x):
         if native.q4_gemv() is not None:
             return _q4_native(self, None, x)
@@ -271,6 +277,11 @@ class Int8Linear(_QuantLinear):
         super().__init__(linear, q * scale[:, None])
         self.register_buffer("qweight", q.to(torch.int8).contiguous())
         self.register_buffer("scales", scale.to(dtype))
+
+    def output_rows(self, ids: torch.Tensor) -> Int8Linear:
+        """The outputs `ids` only; their scales are per row, so re-quantizing the kept
+        rows from their dequantized weights gives back the same int8 values."""
+        return Int8Linear(Linear.output_rows(self, ids))
 
     def packed(self, fmt, x):
         out = torch.ops.aten._weight_int8pack_mm(x.to(self.weight.dtype), self.qweight, self.scales)

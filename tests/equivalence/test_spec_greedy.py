@@ -9,6 +9,7 @@ from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DrafterBase, DraftModelDrafter, NgramDrafter
+from specdec.drafters.draft_vocab import prune_vocab_head
 from specdec.engine import Engine
 
 from tiny import hf_tiny, native_from_hf
@@ -106,6 +107,28 @@ def test_draft_model_drafter_greedy_equivalence(setup, tokenizer):
     for k in (1, 3, 6):
         out = _spec(native, tokenizer, factory, k).generate(PROMPTS, params)
         assert [c.token_ids for c in out] == refs
+
+
+@pytest.mark.parametrize("acceptor", [GreedyAcceptor(), RejectionSampler()])
+def test_pruned_draft_vocabulary_greedy_equivalence(setup, tokenizer, acceptor):
+    """The target drafting for itself with its head cut to the even ids: a draft token is
+    kept exactly where the reference token is even, and the output is unchanged."""
+    native, refs, params = setup
+    draft = native_from_hf(hf_tiny("qwen2"))  # the target's weights, its own head
+    ids = torch.arange(0, 97, 2)
+    prune_vocab_head(draft, ids)
+    factory = lambda b, length: DraftModelDrafter(draft, 97, 97, b, length, vocab=ids)  # noqa: E731
+    out = _spec(native, tokenizer, factory, 3, acceptor).generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+    for c, ref in zip(out, refs, strict=True):
+        done, kept = 1, 0  # the prefill emits the first token
+        while done < N:
+            window = ref[done : done + min(3, N - 1 - done)]
+            run = next((i for i, t in enumerate(window) if t % 2), len(window))
+            kept, done = kept + run, done + run + 1
+        assert c.stats.accepted == kept
+    assert sum(c.stats.accepted for c in out) > 0
+    assert any(t % 2 for ref in refs for t in ref[1:])  # some drafts were really cut
 
 
 def test_self_draft_accepts_everything(setup, tokenizer):

@@ -11,6 +11,7 @@ draw the same first token (the prefill is plain sampling in both), and the sampl
 be independent. A biased acceptor in the same engine fails the same test.
 """
 
+import copy
 import math
 from collections import Counter
 
@@ -19,10 +20,11 @@ import pytest
 import torch
 from scipy.stats import chi2_contingency
 
-from specdec.acceptors import RejectionSampler, Verdict
+from specdec.acceptors import Draft, RejectionSampler, Verdict
 from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
+from specdec.drafters.draft_vocab import prune_vocab_head
 from specdec.engine import Engine
 
 from tiny import hf_tiny, native_from_hf
@@ -126,6 +128,53 @@ def test_speculative_sampling_matches_plain_sampling(models, tokenizer, plain_co
     assert 0.2 < spec["acceptance"] < 0.8  # both the accept and the residual paths are taken
     if name.startswith("top-k 4"):
         assert len(set(plain) | set(spec)) - 1 <= 4**3
+
+
+# ---- a draft model whose vocabulary head is cut to some ids -----------------------------
+
+PRUNED_CASE = "t 0.7, top-p 0.9, 3 tokens"
+
+
+class UnnormalisedPrunedDrafter(DraftModelDrafter):
+    """A wrong cut head: q reported as the kept ids' share of a full softmax (here half of
+    the renormalised q) instead of the softmax over the kept ids that it samples from."""
+
+    def propose(self, k, params, generators):
+        draft = super().propose(k, params, generators)
+        probs = None if draft.probs is None else draft.probs * 0.5
+        return Draft(draft.tokens, probs, draft.lengths)
+
+
+def pruned_engine(target, draft, tokenizer, drafter=DraftModelDrafter) -> Engine:
+    cut = copy.deepcopy(draft)
+    ids = torch.arange(0, 97, 2)  # half the ids: the target often samples one of the others
+    prune_vocab_head(cut, ids)
+    return Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=MAX_BATCH,
+        drafter_factory=lambda b, n: drafter(cut, 97, 97, b, n, vocab=ids),
+        acceptor=RejectionSampler(),
+        window=FixedWindow(3),
+    )
+
+
+def test_pruned_draft_vocabulary_keeps_the_target_distribution(models, tokenizer, plain_counts):
+    target, draft = models
+    spec = sequences(pruned_engine(target, draft, tokenizer), CASES[PRUNED_CASE], N)
+    value = homogeneity(plain_counts(PRUNED_CASE), spec)
+    print("pruned", f"p = {value:.3g}", f"acc {spec['acceptance']}")
+    assert value > PASS
+    assert 0.1 < spec["acceptance"] < 0.8
+
+
+def test_unnormalised_pruned_q_fails(models, tokenizer, plain_counts):
+    target, draft = models
+    engine = pruned_engine(target, draft, tokenizer, UnnormalisedPrunedDrafter)
+    value = homogeneity(plain_counts(PRUNED_CASE), sequences(engine, CASES[PRUNED_CASE], N))
+    print("unnormalised", f"p = {value:.3g}")
+    assert value < FAIL
 
 
 # ---- a biased acceptor in the same engine fails the same test --------------------------

@@ -265,3 +265,27 @@ def test_llm_engine_options_are_eager_on_the_cpu(model_dir):
     assert llm.engine_options == {"static_passes": False, "cuda_graphs": False}
     assert llm.engine._target is llm.model or llm.engine._cache is None
     assert not llm.engine.static_passes and not llm.plain_engine().static_passes
+
+
+def test_draft_vocab_leaves_greedy_output_unchanged(model_dir, capsys, monkeypatch):
+    """`--draft-vocab N` cuts the draft model's head to N ids (ranked here by a stub
+    instead of the ShareGPT count): fp32 greedy output is plain decoding's."""
+    from specdec.drafters import draft_vocab
+
+    monkeypatch.setattr(draft_vocab, "_ranked_ids", lambda tok: list(range(96, -1, -1)))
+    argv = ["generate", "--model", str(model_dir), "--dtype", "fp32", "--json", "--ignore-eos"]
+    argv += ["--max-tokens", "12"]
+    code, out, _ = _run(capsys, *argv, "ab")
+    assert code == 0
+    spec = [*argv, "--draft", str(model_dir), "--draft-vocab", "40", "--speculate", "3"]
+    code, out_spec, _ = _run(capsys, *spec, "ab")
+    assert code == 0
+    assert json.loads(out_spec)["token_ids"] == json.loads(out)["token_ids"]
+    assert json.loads(out_spec)["spec"]["drafted_tokens"] > 0
+
+
+def test_draft_vocab_needs_a_draft_model(model_dir, capsys):
+    argv = ["generate", "--model", str(model_dir), "--dtype", "fp32", "--draft", "ngram"]
+    code, _, err = _run(capsys, *argv, "--draft-vocab", "40", "ab")
+    assert code == 2
+    assert "--draft-vocab" in err and "draft model" in err

@@ -1,0 +1,98 @@
+"""A draft model's vocabulary head cut to some ids: the layers keep what they computed,
+the drafter's q is a distribution over the kept ids, the ids are chosen as documented."""
+
+import pytest
+import torch
+
+from specdec.config import SamplingParams
+from specdec.drafters import DraftModelDrafter, draft_vocab
+from specdec.drafters.draft_vocab import frequent_ids, prune_vocab_head
+from specdec.models.linear import Linear
+from specdec.models.quant import Int4Linear, Int8Linear
+from specdec.sampling import make_generator
+
+from tiny import hf_tiny, native_from_hf
+
+IDS = torch.tensor([3, 0, 64, 17, 95, 40])  # any order: column j scores ids[j]
+
+
+def _dense(dtype, bias=True, n=96, k=128):
+    torch.manual_seed(0)
+    layer = Linear(k, n, bias=bias, dtype=dtype)
+    with torch.no_grad():
+        layer.weight.normal_()
+        if bias:
+            layer.bias.normal_()
+    return layer.requires_grad_(False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dense_rows_compute_the_kept_outputs(dtype):
+    layer = _dense(dtype)
+    x = torch.randn(3, 128, dtype=dtype)
+    rows = layer.output_rows(IDS)
+    assert rows.weight.shape == (len(IDS), 128)
+    torch.testing.assert_close(rows(x), layer(x)[:, IDS])  # up to the GEMM's blocking
+    with torch.no_grad():  # a copy: the full layer (e.g. a tied embedding) is untouched
+        rows.weight.zero_()
+    assert layer.weight.abs().sum() > 0
+
+
+def test_int4_rows_keep_their_blocks_and_outputs():
+    layer = Int4Linear(_dense(torch.float32, bias=False, n=96, k=256))
+    rows = layer.output_rows(IDS)
+    assert isinstance(rows, Int4Linear)
+    for full, kept in zip(layer.q4.tensors(), rows.q4.tensors(), strict=True):
+        assert torch.equal(full[IDS], kept)
+    x = torch.randn(2, 256)
+    torch.testing.assert_close(rows.packed(None, x), layer.packed(None, x)[:, IDS])
+
+
+def test_int8_rows_requantize_to_the_same_values():
+    layer = Int8Linear(_dense(torch.float32, bias=False))
+    rows = layer.output_rows(IDS)
+    assert torch.equal(rows.qweight, layer.qweight[IDS])
+    torch.testing.assert_close(rows.scales, layer.scales[IDS])
+
+
+def test_frequent_ids_keep_the_end_ids_and_fill_by_rank(monkeypatch):
+    monkeypatch.setattr(draft_vocab, "_ranked_ids", lambda tok: [50, 7, 99, 3, 20])
+    ids = frequent_ids(None, 4, usable=90, keep=[1, 95])  # 95 is past usable: dropped
+    assert ids.tolist() == [1, 3, 7, 50]  # kept id first, then by rank, 99 >= usable
+    few = frequent_ids(None, 8, usable=90, keep=[1])  # fewer ranked than n: lowest unseen
+    assert few.tolist() == [0, 1, 2, 3, 4, 7, 20, 50]
+    assert frequent_ids(None, 200, usable=90).tolist() == list(range(90))
+
+
+@pytest.fixture(scope="module")
+def pruned_drafter():
+    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    full = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    ids = torch.arange(0, 97, 2)
+    prune_vocab_head(draft, ids)
+    return DraftModelDrafter(draft, 97, 97, 4, 64, vocab=ids), full, ids
+
+
+def test_pruned_drafter_q_is_the_softmax_over_the_kept_ids(pruned_drafter):
+    drafter, full, ids = pruned_drafter
+    drafter.admit([[5, 17, 42, 8], [60, 3, 9]])
+    params = [SamplingParams(temperature=0.9, seed=1), SamplingParams(temperature=0)]
+    draft = drafter.propose(3, params, [make_generator(i) for i in range(2)])
+    q = draft.probs  # [B, k, V]
+    assert q.shape == (2, 3, 97)
+    torch.testing.assert_close(q.sum(-1), torch.ones(2, 3))
+    outside = torch.ones(97, dtype=torch.bool)
+    outside[ids] = False
+    assert q[..., outside].abs().max() == 0
+    assert all(int(t) in set(ids.tolist()) for t in draft.tokens.flatten())
+    # The first position: the full model's logits at the kept ids, softmax at t = 0.9.
+    logits = full(torch.tensor([[5, 17, 42, 8]]), full.new_cache(1, 64)).logits[0, -1]
+    expected = torch.softmax(logits[ids] / 0.9, -1)
+    torch.testing.assert_close(q[0, 0, ids], expected, rtol=1e-4, atol=1e-6)
+    assert q[1].max(-1).values.eq(1).all()  # greedy: one-hot
+
+
+def test_ids_past_the_usable_vocabulary_are_refused():
+    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    with pytest.raises(ValueError, match="below 90"):
+        DraftModelDrafter(draft, 97, 90, 2, 32, vocab=torch.tensor([1, 95]))
