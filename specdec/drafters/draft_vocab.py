@@ -54,7 +54,8 @@ def frequent_ids(tokenizer, n: int, usable: int, keep: Iterable[int] = ()) -> to
     if n >= usable:
         return torch.arange(usable)
     ranked = _ranked_ids(tokenizer)
-    chosen = keep + [t for t in ranked if t < usable and t not in set(keep)]
+    kept = set(keep)
+    chosen = keep + [t for t in ranked if t < usable and t not in kept]
     if len(chosen) < n:  # ids never seen: the lowest ones (BPE merges come roughly by use)
         taken = set(chosen)
         chosen += [t for t in range(usable) if t not in taken][: n - len(chosen)]

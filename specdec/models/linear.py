@@ -235,13 +235,9 @@ class Linear(nn.Linear):
         """A new layer computing only the outputs `ids` [N] of this one (a draft model's
         vocabulary head cut to the ids it may propose): copied weights, never tied, no
         plan (tune it afterwards)."""
-        return _dense_rows(self, ids)
-
-
-def _dense_rows(layer: nn.Linear, ids: torch.Tensor) -> Linear:
-    weight = layer.weight.detach()
-    out = Linear(layer.in_features, len(ids), bias=layer.bias is not None, device="meta")
-    out.weight = nn.Parameter(weight[ids.to(weight.device)].clone(), requires_grad=False)
-    if layer.bias is not None:
-        out.bias = nn.Parameter(layer.bias.detach()[ids].clone(), requires_grad=False)
-    return out
+        weight, ids = self.weight.detach(), ids.to(self.weight.device)
+        out = Linear(self.in_features, len(ids), bias=self.bias is not None, device="meta")
+        out.weight = nn.Parameter(weight[ids].clone(), requires_grad=False)
+        if self.bias is not None:
+            out.bias = nn.Parameter(self.bias.detach()[ids].clone(), requires_grad=False)
+        return out

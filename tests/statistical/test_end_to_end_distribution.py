@@ -79,13 +79,14 @@ def plain_engine(target, tokenizer) -> Engine:
     return Engine(target, tokenizer, frozenset(), max_batch=MAX_BATCH)
 
 
-def spec_engine(target, draft, tokenizer, acceptor) -> Engine:
+def spec_engine(target, draft, tokenizer, acceptor, drafter=DraftModelDrafter, **options):
+    """k = 3 speculation with `drafter(draft, ...)` (`options` go to the drafter)."""
     return Engine(
         target,
         tokenizer,
         frozenset(),
         max_batch=MAX_BATCH,
-        drafter_factory=lambda b, n: DraftModelDrafter(draft, 97, 97, b, n),
+        drafter_factory=lambda b, n: drafter(draft, 97, 97, b, n, **options),
         acceptor=acceptor,
         window=FixedWindow(3),
     )
@@ -149,15 +150,7 @@ def pruned_engine(target, draft, tokenizer, drafter=DraftModelDrafter) -> Engine
     cut = copy.deepcopy(draft)
     ids = torch.arange(0, 97, 2)  # half the ids: the target often samples one of the others
     prune_vocab_head(cut, ids)
-    return Engine(
-        target,
-        tokenizer,
-        frozenset(),
-        max_batch=MAX_BATCH,
-        drafter_factory=lambda b, n: drafter(cut, 97, 97, b, n, vocab=ids),
-        acceptor=RejectionSampler(),
-        window=FixedWindow(3),
-    )
+    return spec_engine(target, cut, tokenizer, RejectionSampler(), drafter, vocab=ids)
 
 
 def test_pruned_draft_vocabulary_keeps_the_target_distribution(models, tokenizer, plain_counts):
