@@ -257,7 +257,7 @@ class LLM:
         shard = self.tp if self.draft_tp > 1 else None
         draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
         source = gguf_source(draft) if quant == "int4" and shard is None else None
-        draft_model = quantize(draft_model, quant, source)
+        draft_model = quantize(draft_model, quant, source, tiles=False)  # one-row steps
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
         usable = min(vocab, tok_size, draft_model.config.vocab_size)
         ids = None

@@ -103,16 +103,17 @@ def _native_bf16(p) -> bool:
 
 
 def _layer_tensors(layer) -> list[torch.Tensor]:
-    """The 26 tensors of a layer in decode_stack.cpp's order: the two norms, then qkv, o,
-    gate_up and down as (qs, sc, mn, d, dmin, fp32 bias or an empty tensor), bf16 ones as
-    (weight, four empty tensors, fp32 bias or an empty tensor)."""
+    """The 30 tensors of a layer in decode_stack.cpp's order: the two norms, then qkv, o,
+    gate_up and down as (qs, sc, mn, d, dmin, fp32 bias or an empty tensor, the tile layout
+    or an empty tensor), bf16 ones as (weight, four empty tensors, fp32 bias or an empty
+    tensor, an empty tensor)."""
     norms = layer.input_layernorm, layer.post_attention_layernorm
     tensors = [norm.weight.detach() for norm in norms]
     for p in _projections(layer):
         if type(p) is Int4Linear:
             bias = _q4_bias(p)  # the fp32 bias the int4 kernel adds, as the eager layer does
-            tensors += [*p.q4.tensors(), torch.empty(0) if bias is None else bias]
+            tensors += [*p.q4.tensors(), torch.empty(0) if bias is None else bias, p.tiles]
         else:  # bf16: the eager native_bf16 kernel adds the bias in fp32 too
             bias = torch.empty(0) if p.bias is None else p.bias.detach().float()
-            tensors += [p.weight.detach(), *[torch.empty(0)] * 4, bias]
+            tensors += [p.weight.detach(), *[torch.empty(0)] * 4, bias, torch.empty(0)]
     return tensors

@@ -185,7 +185,9 @@ def _q4_native(layer, fmt, x):
     layers); other dtypes go through fp32."""
     bias = fmt if fmt is not None else _q4_bias(layer)
     native_in = x if x.dtype in (torch.float32, torch.bfloat16) else x.float()
-    out = native.q4_gemv()(native_in, layer.qs, layer.sc, layer.mn, layer.d, layer.dmin, bias)
+    out = native.q4_gemv()(
+        native_in, layer.qs, layer.sc, layer.mn, layer.d, layer.dmin, bias, layer.tiles
+    )
     return out.to(x.dtype)
 
 
@@ -219,7 +221,9 @@ class Int4Linear(_QuantLinear):
     made the first load of an fp32 int4 draft tune for over 20 minutes.
     """
 
-    def __init__(self, linear: nn.Linear, weights: Q4Weights | None = None) -> None:
+    def __init__(
+        self, linear: nn.Linear, weights: Q4Weights | None = None, tiles: bool = True
+    ) -> None:
         q4 = weights if weights is not None else q4_quantize(linear.weight.detach())
         if q4.shape != tuple(linear.weight.shape):
             raise ValueError(
@@ -228,6 +232,19 @@ class Int4Linear(_QuantLinear):
         super().__init__(linear, q4.dequantize())
         for f in fields(Q4Weights):
             self.register_buffer(f.name, getattr(q4, f.name))
+        # The same weights in the native kernel's tile layout, where asked for and the build
+        # reads it (AVX-512, N % 16 == 0); empty elsewhere. Derived at load, never stored.
+        # Measured on a Zen 4 (the 1.5B's 28 layers): 4 rows cost 1.05x one row in tiles,
+        # 1.6x in rows; but one row of a wide, short layer (the 0.5B's head, 151936 x 896)
+        # streamed 1.2x faster in rows. So a target, which verifies, takes tiles, and a
+        # draft model, whose steps are one row, keeps rows (`quantize(tiles=False)`).
+        to_tiles = native.q4_tiles() if tiles else None
+        laid = to_tiles is not None and q4.shape[0] % 16 == 0
+        self.register_buffer(
+            "tiles",
+            to_tiles(*q4.tensors()) if laid else torch.empty(0, dtype=torch.uint8),
+            persistent=False,
+        )
 
     def stored_bytes(self) -> int:
         return sum(t.nbytes for t in self.q4.tensors())
@@ -252,7 +269,7 @@ class Int4Linear(_QuantLinear):
         """The same 4-bit blocks for the outputs `ids` only (each output row is quantized
         on its own, so the kept rows' weights are what they were)."""
         rows = Q4Weights(*(t[ids].contiguous() for t in self.q4.tensors()))
-        return Int4Linear(Linear.output_rows(self, ids), rows)
+        return Int4Linear(Linear.output_rows(self, ids), rows, tiles=self.tiles.numel() > 0)
 
     def packed(self, fmt, x):
         if native.q4_gemv() is not None:
@@ -288,24 +305,27 @@ class Int8Linear(_QuantLinear):
         return (out if self.bias is None else out + self.bias).to(x.dtype)
 
 
-def _quantized(linear: nn.Module, kind: str, source=None, name: str = "", report=None) -> nn.Module:
+def _quantized(
+    linear: nn.Module, kind: str, source=None, name: str = "", report=None, tiles: bool = True
+) -> nn.Module:
     """The quantized layer where the format takes the shape (int4: K % 64 == 0, int8:
     N % 16 == 0); the layer unchanged otherwise. `source` (a `gguf_q4.GGUFWeights`) gives
     int4 layers the file's own 4-bit blocks where it has them."""
     if hasattr(linear, "inner"):  # a tensor-parallel shard: quantize it from its own rows
-        linear.inner = _quantized(linear.inner, kind)
+        linear.inner = _quantized(linear.inner, kind, tiles=tiles)
         return linear
     n, k = linear.weight.shape
     if kind == "int8":
         return Int8Linear(linear) if n % 16 == 0 else linear
     if k % 64:
         return linear
-    if source is None:
-        return Int4Linear(linear)
-    return Int4Linear(linear, source.layer(name, linear.weight.detach(), report))
+    weights = None if source is None else source.layer(name, linear.weight.detach(), report)
+    return Int4Linear(linear, weights, tiles=tiles)
 
 
-def quantize(model: Transformer, kind: str, gguf: Path | None = None) -> Transformer:
+def quantize(
+    model: Transformer, kind: str, gguf: Path | None = None, tiles: bool = True
+) -> Transformer:
     """Replace every projection and the vocabulary head by an int4 or int8 layer, in place
     ("none" leaves the model as it is).
 
@@ -313,7 +333,9 @@ def quantize(model: Transformer, kind: str, gguf: Path | None = None) -> Transfo
     head is quantized as its own copy. Layers whose shape the format does not take stay
     unquantized. With `gguf` (the Q4_K file the model was converted from), int4 layers take
     the file's 4-bit blocks as they are (`gguf_q4`); `model.quant_report` says which. The
-    layers a file gives are stored under `$SPECDEC_HOME/int4/` for the next load.
+    layers a file gives are stored under `$SPECDEC_HOME/int4/` for the next load. `tiles`:
+    int4 layers also keep the native kernel's tile layout (faster for the few rows of a
+    verify pass, see Int4Linear); a draft model, whose steps are one row, passes False.
     """
     if kind not in QUANTS:
         raise InvalidParameterError(
@@ -329,7 +351,8 @@ def quantize(model: Transformer, kind: str, gguf: Path | None = None) -> Transfo
     report = QuantReport()
 
     def swap(module: nn.Module, attr: str, name: str) -> None:
-        setattr(module, attr, _quantized(getattr(module, attr), kind, source, name, report))
+        layer = _quantized(getattr(module, attr), kind, source, name, report, tiles)
+        setattr(module, attr, layer)
 
     for i, layer in enumerate(model.layers):
         swap(layer.self_attn, "qkv_proj", f"layers.{i}.self_attn.qkv_proj")

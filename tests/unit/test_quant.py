@@ -175,6 +175,54 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
         native.q4_gemv.cache_clear()
 
 
+def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(monkeypatch):
+    """AVX-512 builds read int4 weights re-ordered into tiles of 16 output rows (q4_kernel.h:
+    a third of the instructions per extra row of a verify pass). The tile path sums each
+    super-block's exact integers into two fused multiply-adds, so it is held to the float64
+    reference as tightly as the row layout, and row by row equal to one-row calls (a decode
+    step and a verify pass agree bitwise), for 1..9, 12 and 16 rows, with a bias and with
+    super-blocks cut short (K = 576, 896); `Int4Linear` builds its tiles where the shape
+    allows (N % 16 == 0) and runs them."""
+    monkeypatch.setenv("SPECDEC_NATIVE", "1")
+    native.q4_gemv.cache_clear()
+    native.q4_tiles.cache_clear()
+    try:
+        op, tiles = native.q4_gemv(), native.q4_tiles()
+        if tiles is None:
+            assert Int4Linear(torch.nn.Linear(64, 32)).tiles.numel() == 0
+            pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
+        torch.manual_seed(0)
+        for n, k in ((16, 64), (48, 576), (32, 896), (64, 1536)):
+            q4 = q4_quantize(torch.randn(n, k) * 0.05)
+            laid = tiles(*q4.tensors())
+            bias = torch.randn(n)
+            for rows in [*range(1, 10), 12, 16]:
+                x = torch.randn(rows, k)
+                x[0, :32] = 0  # a zero group and, below, a zero row
+                if rows > 1:
+                    x[-1] = 0
+                tiled = op(x, *q4.tensors(), bias, laid)
+                ref = q4_reference(x, q4) + bias
+                torch.testing.assert_close(tiled, ref, atol=1e-5 * ref.abs().max(), rtol=1e-5)
+                one_by_one = torch.cat(
+                    [op(x[i : i + 1], *q4.tensors(), bias, laid) for i in range(rows)]
+                )
+                assert torch.equal(tiled, one_by_one), (n, k, rows)
+        layer = Int4Linear(torch.nn.Linear(576, 48).to(torch.bfloat16))
+        assert layer.tiles.numel() > 0 and "tiles" not in layer.state_dict()
+        assert Int4Linear(torch.nn.Linear(576, 40)).tiles.numel() == 0  # 40 % 16 != 0
+        x = torch.randn(3, 576).to(torch.bfloat16)
+        bias = layer.bias.detach().float()
+        tiled = op(x, *layer.q4.tensors(), bias, layer.tiles)
+        assert torch.equal(layer.run("q4_native", x), tiled)
+        x = x.float()  # unrounded: the two layouts' last bits differ, so the tiles did run
+        assert torch.equal(layer.run("q4_native", x), op(x, *layer.q4.tensors(), bias, layer.tiles))
+        assert not torch.equal(layer.run("q4_native", x), op(x, *layer.q4.tensors(), bias))
+    finally:
+        native.q4_gemv.cache_clear()
+        native.q4_tiles.cache_clear()
+
+
 _ISA_OUTPUTS = """
 import sys, torch
 from specdec.models import native
@@ -191,9 +239,10 @@ torch.save(outs, sys.argv[1])
 
 
 def test_native_q4_avx512_build_computes_what_the_avx2_build_does(tmp_path):
-    """Where the CPU has AVX-512 VNNI the int4 kernel takes a wider path; its integer lanes
-    fold into AVX2's, so both builds give the same floats (and the AVX2 path, which CI
-    machines without AVX-512 run, is checked here too)."""
+    """Where the CPU has AVX-512 VNNI the int4 kernel's row layout takes a wider path; its
+    integer lanes fold into AVX2's, so both builds give the same floats for it (and the
+    AVX2 path, which CI machines without AVX-512 run, is checked here too). The tile
+    layout, AVX-512 only, sums in another order: last bits apart, as the bf16 builds are."""
     import os
     import subprocess
     import sys

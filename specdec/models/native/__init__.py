@@ -41,6 +41,16 @@ def q4_gemv():
 
 
 @cache
+def q4_tiles():
+    """The compiled `q4_tiles(qs, sc, mn, d, dmin) -> u8 [N / 16, S, block]`: the int4
+    weights in the tile layout q4_kernel.h describes, which `q4_gemv(..., tiles=)` and the
+    decode stack read in AVX-512 builds (a third of the instructions per extra row of a
+    verify pass); None where the build has no tile path."""
+    module = _build("q4_gemv")
+    return module.q4_tiles if module is not None and module.TILES else None
+
+
+@cache
 def decode_stack():
     """The compiled `DecodeStack` class (decode_stack.cpp: every decoder layer of a small
     int4 step in one call), or None."""

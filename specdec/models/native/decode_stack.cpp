@@ -75,14 +75,15 @@ inline __m256 exp8(__m256 x) {
 struct Projection {  // one int4 layer (the buffers of quant.Int4Linear) or one bf16 layer
   at::Tensor qs, sc, mn, d, dmin, bias;  // bias fp32 [N], or empty
   at::Tensor w;                          // bf16 [N, K], or undefined for int4
+  at::Tensor tiles;                      // int4 in the tile layout (q4_tiles), or empty
   int64_t N, K, S;
 };
 
-// (qs, sc, mn, d, dmin, bias) of an int4 layer, or (weight, 4 empty tensors, bias) of a bf16
-// one.
+// (qs, sc, mn, d, dmin, bias, tiles) of an int4 layer (tiles: empty where the layer has
+// none), or (weight, 4 empty tensors, bias, an empty tensor) of a bf16 one.
 Projection projection(const std::vector<at::Tensor>& t, size_t at) {
   if (t[at].scalar_type() == at::kBFloat16) {
-    Projection p{{}, {}, {}, {}, {}, t[at + 5].contiguous(), t[at].contiguous(), 0, 0, 0};
+    Projection p{{}, {}, {}, {}, {}, t[at + 5].contiguous(), t[at].contiguous(), {}, 0, 0, 0};
     TORCH_CHECK(p.w.dim() == 2 && p.w.size(1) % 8 == 0, "bf16 weight: [N, K], K % 8 == 0");
     TORCH_CHECK(p.bias.numel() == 0 || p.bias.scalar_type() == at::kFloat, "bias: fp32 or empty");
     p.N = p.w.size(0);
@@ -92,7 +93,7 @@ Projection projection(const std::vector<at::Tensor>& t, size_t at) {
   }
   Projection p{t[at].contiguous(),     t[at + 1].contiguous(), t[at + 2].contiguous(),
                t[at + 3].contiguous(), t[at + 4].contiguous(), t[at + 5].contiguous(),
-               {}, 0, 0, 0};
+               {}, t[at + 6].contiguous(), 0, 0, 0};
   TORCH_CHECK(p.qs.scalar_type() == at::kByte && p.d.scalar_type() == at::kFloat, "int4 buffers");
   TORCH_CHECK(p.bias.numel() == 0 || p.bias.scalar_type() == at::kFloat, "bias: fp32 or empty");
   p.N = p.qs.size(0);
@@ -100,6 +101,7 @@ Projection projection(const std::vector<at::Tensor>& t, size_t at) {
   p.S = (p.K + q4::SB - 1) / q4::SB;
   TORCH_CHECK(p.K % 64 == 0 && p.sc.size(1) == p.S * q4::GROUPS && p.d.size(1) == p.S, "int4 shapes");
   TORCH_CHECK(p.bias.numel() == 0 || p.bias.numel() == p.N, "bias: [N]");
+  TORCH_CHECK(p.tiles.numel() == 0 || p.tiles.numel() == p.N / q4::TILE * p.S * q4::TILE_BLOCK, "int4 tiles");
   return p;
 }
 
@@ -117,9 +119,12 @@ void product(const Projection& p, const float* x, int64_t R, float* y, const Rou
     return;
   }
   const q4::Activations a = q4::quantize_rows(x, R, p.K, p.S);
-  q4::run(a, R, p.qs.data_ptr<uint8_t>(), p.sc.data_ptr<uint8_t>(), p.mn.data_ptr<uint8_t>(),
-          p.d.data_ptr<float>(), p.dmin.data_ptr<float>(),
-          p.bias.numel() ? p.bias.data_ptr<float>() : nullptr, y, p.K, p.N, p.S);
+  const float* bias = p.bias.numel() ? p.bias.data_ptr<float>() : nullptr;
+  if (p.tiles.numel())
+    q4::run_tiles(a, R, p.tiles.data_ptr<uint8_t>(), bias, y, p.K, p.N, p.S);
+  else
+    q4::run(a, R, p.qs.data_ptr<uint8_t>(), p.sc.data_ptr<uint8_t>(), p.mn.data_ptr<uint8_t>(),
+            p.d.data_ptr<float>(), p.dmin.data_ptr<float>(), bias, y, p.K, p.N, p.S);
   round_all(y, R * p.N, rnd);
 }
 
@@ -263,20 +268,20 @@ struct Layer {
 class DecodeStack {
  public:
   // layers[i]: input norm, post-attention norm, then qkv, o, gate_up, down as (qs, sc, mn,
-  // d, dmin, bias) each, or as (bf16 weight, 4 empty tensors, bias) (bias: an empty tensor
-  // where the layer has none).
+  // d, dmin, bias, tiles) each, or as (bf16 weight, 4 empty tensors, bias, an empty tensor)
+  // (bias, tiles: an empty tensor where the layer has none).
   DecodeStack(const std::vector<std::vector<at::Tensor>>& layers, int64_t heads, int64_t kv_heads,
               int64_t head_dim, double eps)
       : heads_(heads), kv_heads_(kv_heads), D_(head_dim), eps_(static_cast<float>(eps)) {
     TORCH_CHECK(head_dim % 8 == 0 && head_dim <= 512 && heads % kv_heads == 0, "head shape");
     for (const auto& t : layers) {
-      TORCH_CHECK(t.size() == 26, "a layer: 2 norms and 4 projections of 6 tensors");
+      TORCH_CHECK(t.size() == 30, "a layer: 2 norms and 4 projections of 7 tensors");
       auto norm = [](const at::Tensor& w) {
         const at::Tensor f = w.to(at::kFloat).contiguous();
         return std::vector<float>(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
       };
-      layers_.push_back({norm(t[0]), norm(t[1]), projection(t, 2), projection(t, 8),
-                         projection(t, 14), projection(t, 20)});
+      layers_.push_back({norm(t[0]), norm(t[1]), projection(t, 2), projection(t, 9),
+                         projection(t, 16), projection(t, 23)});
     }
   }
 

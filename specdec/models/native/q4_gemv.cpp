@@ -15,6 +15,13 @@
 //   w[n, k] = d[n, s] * sc[n, g] * q[n, k] - dmin[n, s] * mn[n, g], g = k / 32, s = k / 256
 // Activations, per row r and super-block s: dx = max|x| / 127, xq = round(x * 127 / max|x|).
 //
+// Each output sums, per super-block s, two exact integers (I: sum over groups of sc times the
+// group's products q . xq; M: sum of mn times the group's sum of xq) into
+//   y += I * (d dx) - M * (dmin dx)   (two fused multiply-adds, in order of s),
+// in every build and layout (q4_kernel.h's add_block), so they agree bitwise.
+// AVX-512 builds may take the weights in the tile layout (`q4_tiles`, q4_kernel.h), which
+// computes the same floats with a third of the instructions per extra row.
+//
 // Batch-invariant: each row's result is computed by the same operations in the same order
 // whatever the number of rows, so a one-token decode step and a verify pass agree bitwise.
 // The pure-PyTorch equivalent, which the tests compare against, is quant.q4_reference.
@@ -24,7 +31,8 @@
 // x [R, K] fp32 or bf16 (K % 64 == 0), the format above, an optional fp32 bias [N] ->
 // y [R, N] in x's dtype: (product + bias) rounded once, as `(y + bias).to(x.dtype)` would.
 torch::Tensor q4_gemv(torch::Tensor x, torch::Tensor qs, torch::Tensor sc, torch::Tensor mn,
-                      torch::Tensor d, torch::Tensor dmin, c10::optional<torch::Tensor> bias) {
+                      torch::Tensor d, torch::Tensor dmin, c10::optional<torch::Tensor> bias,
+                      c10::optional<torch::Tensor> tiles) {
   TORCH_CHECK(x.dim() == 2, "x: [R, K]");
   TORCH_CHECK(x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16, "x: fp32 or bf16");
   const int64_t R = x.size(0), K = x.size(1), N = qs.size(0), S = (K + q4::SB - 1) / q4::SB;
@@ -45,9 +53,15 @@ torch::Tensor q4_gemv(torch::Tensor x, torch::Tensor qs, torch::Tensor sc, torch
   const q4::Activations a = x.scalar_type() == torch::kFloat
                             ? q4::quantize_rows(x.data_ptr<float>(), R, K, S)
                             : q4::quantize_rows(x.data_ptr<at::BFloat16>(), R, K, S);
-  q4::run(a, R, qs.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), mn.data_ptr<uint8_t>(),
-      d.data_ptr<float>(), dmin.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
-      y.data_ptr<float>(), K, N, S);
+  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+  if (tiles.has_value() && tiles->numel()) {
+    TORCH_CHECK(tiles->is_contiguous() && tiles->numel() == N / q4::TILE * S * q4::TILE_BLOCK,
+                "tiles: q4_tiles(qs, sc, mn, d, dmin) of these weights");
+    q4::run_tiles(a, R, tiles->data_ptr<uint8_t>(), bp, y.data_ptr<float>(), K, N, S);
+  } else {
+    q4::run(a, R, qs.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), mn.data_ptr<uint8_t>(),
+            d.data_ptr<float>(), dmin.data_ptr<float>(), bp, y.data_ptr<float>(), K, N, S);
+  }
   if (x.scalar_type() == torch::kFloat) return y;
   auto out = torch::empty({R, N}, x.options());
   const float* yp = y.data_ptr<float>();
@@ -56,8 +70,24 @@ torch::Tensor q4_gemv(torch::Tensor x, torch::Tensor qs, torch::Tensor sc, torch
   return out;
 }
 
+// The weights in the tile layout (q4_kernel.h): u8 [N / 16, S, TILE_BLOCK], N % 16 == 0.
+torch::Tensor q4_tiles(torch::Tensor qs, torch::Tensor sc, torch::Tensor mn, torch::Tensor d,
+                       torch::Tensor dmin) {
+  const int64_t N = qs.size(0), K = qs.size(1) * 2, S = (K + q4::SB - 1) / q4::SB;
+  TORCH_CHECK(N % q4::TILE == 0 && K % 64 == 0, "tiles: N % 16 == 0 and K % 64 == 0");
+  TORCH_CHECK(sc.size(1) == S * q4::GROUPS && d.size(1) == S, "tiles: q4_gemv's format");
+  qs = qs.contiguous(); sc = sc.contiguous(); mn = mn.contiguous();
+  d = d.contiguous(); dmin = dmin.contiguous();
+  auto out = torch::empty({N / q4::TILE, S, q4::TILE_BLOCK}, qs.options());
+  q4::to_tiles(qs.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), mn.data_ptr<uint8_t>(),
+               d.data_ptr<float>(), dmin.data_ptr<float>(), out.data_ptr<uint8_t>(), N, K, S);
+  return out;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q4_gemv", &q4_gemv, "y = x @ W.T + b, W in Q4_K-style 4 bits, x quantized to int8 (AVX2)",
         py::arg("x"), py::arg("qs"), py::arg("sc"), py::arg("mn"), py::arg("d"), py::arg("dmin"),
-        py::arg("bias") = py::none());
+        py::arg("bias") = py::none(), py::arg("tiles") = py::none());
+  m.def("q4_tiles", &q4_tiles, "the weights in the tile layout the AVX-512 build reads");
+  m.attr("TILES") = q4::TILES;
 }

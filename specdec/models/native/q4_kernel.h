@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "simd.h"
@@ -24,9 +25,11 @@ constexpr int64_t SB = 256;  // weights per super-block
 constexpr int GROUPS = 8;    // groups of 32 per super-block
 
 struct Activations {
-  std::vector<int8_t> xq;  // [R, K]
-  std::vector<float> dx;   // [R, S] activation scale per super-block
-  std::vector<float> u;    // [R, G] dx * (sum of xq over the group): pairs with the minimums
+  int64_t stride;           // S * SB: a row of xq, zero past K (the tiles read whole blocks)
+  std::vector<int8_t> xq;   // [R, stride]
+  std::vector<float> dx;    // [R, S] activation scale per super-block
+  std::vector<float> u;     // [R, G] dx * (sum of xq over the group): the row layout's minimums
+  std::vector<int16_t> xs;  // [R, G] sum of xq over the group: the tile layout's minimums
 };
 
 // The activations as fp32: fp32 ones as they are, bf16 ones widened into `buffer`.
@@ -48,7 +51,8 @@ template <typename In>
 Activations quantize_rows(const In* xin, int64_t R, int64_t K, int64_t S) {
   std::vector<float> buffer;
   const float* x = as_floats(xin, R * K, buffer);
-  Activations a{std::vector<int8_t>(R * K), std::vector<float>(R * S), std::vector<float>(R * S * GROUPS, 0.f)};
+  Activations a{S * SB, std::vector<int8_t>(R * S * SB, 0), std::vector<float>(R * S),
+                std::vector<float>(R * S * GROUPS, 0.f), std::vector<int16_t>(R * S * GROUPS, 0)};
   const __m256 sign = _mm256_set1_ps(-0.f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // undoes the packs' lanes
   for (int64_t r = 0; r < R; ++r) {
@@ -72,8 +76,10 @@ Activations quantize_rows(const In* xin, int64_t R, int64_t K, int64_t S) {
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
         const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.xq.data() + r * K + k), _mm256_permutevar8x32_epi32(packed, order));
-        a.u[r * S * GROUPS + k / 32] = dx * static_cast<float>(_mm_cvtsi128_si32(t));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.xq.data() + r * a.stride + k), _mm256_permutevar8x32_epi32(packed, order));
+        const int32_t sum32 = _mm_cvtsi128_si32(t);  // |sum| <= 32 * 127: int16
+        a.u[r * S * GROUPS + k / 32] = dx * static_cast<float>(sum32);
+        a.xs[r * S * GROUPS + k / 32] = static_cast<int16_t>(sum32);
       }
     }
   }
@@ -100,7 +106,7 @@ inline const __m512i SCALE_LANES[4] = {
     _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6)};
 
 template <int R>
-inline void block_products(const uint8_t* q, const uint8_t* scales, const int8_t* x, int64_t K,
+inline void block_products(const uint8_t* q, const uint8_t* scales, const int8_t* x, int64_t stride,
                            int64_t chunks, __m256i* iacc) {
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   // Lanes 0-7 take scale 2c, lanes 8-15 scale 2c + 1: as int16 pairs (scale, 0).
@@ -127,7 +133,7 @@ inline void block_products(const uint8_t* q, const uint8_t* scales, const int8_t
     for (int j = 0; j < n; ++j) sv[j] = _mm512_permutexvar_epi32(SCALE_LANES[c + j], all);
     for (int r = 0; r < R; ++r) {
       for (int j = 0; j < n; ++j) {
-        const __m512i xv = _mm512_loadu_si512(x + r * K + (c + j) * 64);
+        const __m512i xv = _mm512_loadu_si512(x + r * stride + (c + j) * 64);
         acc[r] = _mm512_dpwssd_epi32(acc[r], _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j], xv), sv[j]);
       }
     }
@@ -152,9 +158,9 @@ template <int R>
 void rows_times_weights(const Activations& a, int64_t row0, const uint8_t* qs, const uint8_t* sc,
                         const uint8_t* mn, const float* d, const float* dmin, const float* bias,
                         float* y, int64_t K, int64_t N, int64_t S, int64_t begin, int64_t end) {
-  const int64_t G = S * GROUPS;
+  const int64_t G = S * GROUPS, X = a.stride;
   const __m256i nibble = _mm256_set1_epi8(0x0F);
-  const int8_t* xq = a.xq.data() + row0 * K;
+  const int8_t* xq = a.xq.data() + row0 * X;
   const float* dx = a.dx.data() + row0 * S;
   const float* u = a.u.data() + row0 * G;
   alignas(32) float facc[R][8];
@@ -172,7 +178,7 @@ void rows_times_weights(const Activations& a, int64_t row0, const uint8_t* qs, c
       const int64_t pairs = (std::min(K, (s + 1) * SB) - s * SB) / 64;
       __m256i iacc[R];
 #if SPECDEC_Q4_AVX512
-      block_products<R>(qn + s * 128, scn + s * GROUPS, xq + s * SB, K, pairs, iacc);
+      block_products<R>(qn + s * 128, scn + s * GROUPS, xq + s * SB, X, pairs, iacc);
 #else
       for (int r = 0; r < R; ++r) iacc[r] = _mm256_setzero_si256();
       for (int64_t p = 0; p < pairs; ++p) {
@@ -183,8 +189,8 @@ void rows_times_weights(const Activations& a, int64_t row0, const uint8_t* qs, c
         const __m256i s_hi = _mm256_set1_epi16(scn[s * GROUPS + 2 * p + 1]);
         const int64_t k = s * SB + p * 64;
         for (int r = 0; r < R; ++r) {
-          const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * K + k));
-          const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * K + k + 32));
+          const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * X + k));
+          const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * X + k + 32));
           iacc[r] = _mm256_add_epi32(iacc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, xl), s_lo));
           iacc[r] = _mm256_add_epi32(iacc[r], _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xh), s_hi));
         }
@@ -210,10 +216,15 @@ constexpr int64_t MAX_CHUNK = 8;  // rows per pass over a weight row (8 int accu
 // Rows in as few passes of at most MAX_CHUNK as there must be, split evenly (9 rows: 5 + 4,
 // not 8 + 1, whose second pass repeats the weight unpacking for a single row); a pass
 // after the first reads the weight row from L1, where the first left it.
+inline int64_t chunk_rows(int64_t R) {
+  const int64_t passes = (R + MAX_CHUNK - 1) / MAX_CHUNK;
+  return (R + passes - 1) / passes;
+}
+
 inline void run(const Activations& a, int64_t R, const uint8_t* qs, const uint8_t* sc, const uint8_t* mn,
          const float* d, const float* dmin, const float* bias, float* y, int64_t K, int64_t N,
          int64_t S) {
-  const int64_t passes = (R + MAX_CHUNK - 1) / MAX_CHUNK, chunk = (R + passes - 1) / passes;
+  const int64_t chunk = chunk_rows(R);
   at::parallel_for(0, N, 16, [&](int64_t begin, int64_t end) {
     for (int64_t n0 = begin; n0 < end; n0 += 8) {  // a tile of output rows, every row chunk
       const int64_t n1 = std::min(end, n0 + 8);
@@ -230,5 +241,150 @@ inline void run(const Activations& a, int64_t R, const uint8_t* qs, const uint8_
     }
   });
 }
+
+// The tile layout (AVX-512 builds): the same values as the row layout, re-ordered so that
+// each 32-bit lane of a vector holds one output row's weights. Per tile of 16 output rows
+// and super-block s, one block of TILE_BLOCK bytes, tiles after one another and a tile's
+// blocks in order of s (one stream per tile):
+//   qs   [8 groups][4][64] u8  byte 4j + b of vector i of group g: low nibble = weight
+//                              32 g + 8 i + b of output j, high nibble = weight 32 g + 8 i + 4 + b
+//   sc   [8][16] u8            group scales; mn [4][16][2] u8: the minimums of groups 2p, 2p + 1
+//   d    [16] f32, dmin [16] f32
+// Why: in the row layout every output row spends its own float arithmetic on each
+// super-block and a vector lane of integer sums covers 4 weights of one output; here a
+// `vpdpbusd` against 4 activations broadcast to all lanes advances 16 outputs at once, a
+// group's scale multiplies 16 outputs' sums in one `vpdpwssd`, and the float step of a
+// super-block serves 16 outputs: about a third of the instructions per extra row, which is
+// what a verify pass of several rows pays for (the 4-bit weights themselves are the same).
+constexpr int64_t TILE = 16;
+constexpr int64_t TILE_QS = GROUPS * 4 * 64, TILE_SC = GROUPS * TILE, TILE_MN = GROUPS * TILE;
+constexpr int64_t TILE_D = TILE_QS + TILE_SC + TILE_MN, TILE_BLOCK = TILE_D + 2 * TILE * 4;
+
+// Row layout -> tile layout (N % 16 == 0); scalar, once per layer at load.
+inline void to_tiles(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, const float* d,
+                     const float* dmin, uint8_t* out, int64_t N, int64_t K, int64_t S) {
+  const int64_t G = S * GROUPS;
+  auto level = [&](int64_t n, int64_t k) -> uint8_t {  // weight k of row n, 0 past K
+    if (k >= K) return 0;
+    const uint8_t byte = qs[n * (K / 2) + (k / 64) * 32 + k % 32];
+    return (k % 64) < 32 ? (byte & 0x0F) : (byte >> 4);
+  };
+  at::parallel_for(0, N / TILE, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t s = 0; s < S; ++s) {
+        uint8_t* blk = out + (t * S + s) * TILE_BLOCK;
+        for (int64_t j = 0; j < TILE; ++j) {
+          const int64_t n = t * TILE + j;
+          for (int64_t g = 0; g < GROUPS; ++g) {
+            for (int64_t i = 0; i < 4; ++i)
+              for (int64_t b = 0; b < 4; ++b) {
+                const int64_t k = s * SB + 32 * g + 8 * i + b;
+                blk[(g * 4 + i) * 64 + 4 * j + b] = level(n, k) | (level(n, k + 4) << 4);
+              }
+            blk[TILE_QS + g * TILE + j] = sc[n * G + s * GROUPS + g];
+            blk[TILE_QS + TILE_SC + (g / 2) * 2 * TILE + 2 * j + g % 2] = mn[n * G + s * GROUPS + g];
+          }
+          reinterpret_cast<float*>(blk + TILE_D)[j] = d[n * S + s];
+          reinterpret_cast<float*>(blk + TILE_D)[TILE + j] = dmin[n * S + s];
+        }
+      }
+    }
+  });
+}
+
+#if SPECDEC_Q4_AVX512
+constexpr bool TILES = true;
+// Blocks a tile's stream prefetches ahead of itself: measured on a Zen 4 at one row, 2
+// streamed the vocabulary head's shape 1.1-1.5x faster than none, 6 no better than 2.
+constexpr int64_t PREFETCH_BLOCKS = 2;
+
+// Rows [0, R) of the activations against the 16 output rows of tile t (see to_tiles).
+template <int R>
+void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const float* bias,
+               float* y, int64_t K, int64_t N, int64_t S, int64_t t) {
+  const int64_t G = S * GROUPS, X = a.stride;
+  const int8_t* xq = a.xq.data() + row0 * X;
+  const float* dx = a.dx.data() + row0 * S;
+  const int16_t* xs = a.xs.data() + row0 * G;
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const uint8_t* base = tiles + t * S * TILE_BLOCK;
+  __m512 f[R];
+  for (int r = 0; r < R; ++r) f[r] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < S; ++s) {
+    const uint8_t* blk = base + s * TILE_BLOCK;
+    const int64_t groups = std::min<int64_t>(GROUPS, (K - s * SB) / 32);  // even: K % 64 == 0
+    __m512i I[R];
+    for (int r = 0; r < R; ++r) I[r] = _mm512_setzero_si512();
+    for (int64_t g = 0; g < groups; ++g) {
+      // The block PREFETCH_BLOCKS ahead, its 38 lines spread over this block's groups: asked
+      // for all at once, they slowed a 4-row pass by a third.
+      const int64_t lines = TILE_BLOCK / 64, first = g * lines / groups, last = (g + 1) * lines / groups;
+      for (int64_t line = first; line < last; ++line)
+        _mm_prefetch(reinterpret_cast<const char*>(blk + PREFETCH_BLOCKS * TILE_BLOCK + line * 64), _MM_HINT_T0);
+      const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + TILE_QS + g * TILE)));
+      for (int h = 0; h < 2; ++h) {  // 16 weights a half: a lane's sum fits int16 for vpdpwssd
+        const uint8_t* q = blk + (g * 4 + 2 * h) * 64;
+        const __m512i v0 = _mm512_loadu_si512(q), v1 = _mm512_loadu_si512(q + 64);
+        const __m512i lo0 = _mm512_and_si512(v0, nibble), hi0 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), nibble);
+        const __m512i lo1 = _mm512_and_si512(v1, nibble), hi1 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), nibble);
+        for (int r = 0; r < R; ++r) {
+          const int32_t* x4 = reinterpret_cast<const int32_t*>(xq + r * X + s * SB + g * 32 + h * 16);
+          __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo0, _mm512_set1_epi32(x4[0]));
+          sum = _mm512_dpbusd_epi32(sum, hi0, _mm512_set1_epi32(x4[1]));
+          sum = _mm512_dpbusd_epi32(sum, lo1, _mm512_set1_epi32(x4[2]));
+          sum = _mm512_dpbusd_epi32(sum, hi1, _mm512_set1_epi32(x4[3]));
+          I[r] = _mm512_dpwssd_epi32(I[r], sum, scale);  // |sum| <= 16 * 15 * 127: int16
+        }
+      }
+    }
+    __m512i M[R];
+    for (int r = 0; r < R; ++r) M[r] = _mm512_setzero_si512();
+    for (int64_t p = 0; p < groups / 2; ++p) {
+      const __m512i mins = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + TILE_QS + TILE_SC + p * 2 * TILE)));
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, xs + r * G + s * GROUPS + 2 * p, sizeof(pair));
+        M[r] = _mm512_dpwssd_epi32(M[r], mins, _mm512_set1_epi32(pair));
+      }
+    }
+    const __m512 ds = _mm512_loadu_ps(reinterpret_cast<const float*>(blk + TILE_D));
+    const __m512 dmins = _mm512_loadu_ps(reinterpret_cast<const float*>(blk + TILE_D) + TILE);
+    for (int r = 0; r < R; ++r) {  // add_block for 16 outputs
+      const __m512 dxr = _mm512_set1_ps(dx[r * S + s]);
+      f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I[r]), _mm512_mul_ps(ds, dxr), f[r]);
+      f[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M[r]), _mm512_mul_ps(dmins, dxr), f[r]);
+    }
+  }
+  const __m512 b = bias ? _mm512_loadu_ps(bias + t * TILE) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * N + t * TILE, _mm512_add_ps(f[r], b));
+}
+
+inline void run_tiles(const Activations& a, int64_t R, const uint8_t* tiles, const float* bias,
+                      float* y, int64_t K, int64_t N, int64_t S) {
+  const int64_t chunk = chunk_rows(R);
+  at::parallel_for(0, N / TILE, 2, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t r0 = 0; r0 < R; r0 += chunk) {
+        float* yr = y + r0 * N;
+        switch (std::min(chunk, R - r0)) {
+#define Q4_TILE_ROWS(C) \
+  case C: tile_rows<C>(a, r0, tiles, bias, yr, K, N, S, t); break;
+          Q4_TILE_ROWS(1) Q4_TILE_ROWS(2) Q4_TILE_ROWS(3) Q4_TILE_ROWS(4) Q4_TILE_ROWS(5)
+          Q4_TILE_ROWS(6) Q4_TILE_ROWS(7)
+          default: tile_rows<8>(a, r0, tiles, bias, yr, K, N, S, t); break;
+#undef Q4_TILE_ROWS
+        }
+      }
+    }
+  });
+}
+#else
+constexpr bool TILES = false;
+
+inline void run_tiles(const Activations&, int64_t, const uint8_t*, const float*, float*, int64_t,
+                      int64_t, int64_t) {
+  TORCH_CHECK(false, "the int4 tile layout needs the AVX-512 build");
+}
+#endif
 
 }  // namespace q4
