@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "simd.h"
@@ -221,6 +222,19 @@ inline int64_t chunk_rows(int64_t R) {
   return (R + passes - 1) / passes;
 }
 
+// f(std::integral_constant<int, C>{}) for C = `rows` (1 to MAX_CHUNK): each row count of a
+// pass gets its own instantiation of a kernel templated on it (its accumulators in registers).
+template <typename F>
+inline void dispatch_rows(int64_t rows, F&& f) {
+  switch (rows) {
+#define Q4_ROWS(C) \
+  case C: f(std::integral_constant<int, C>{}); break;
+    Q4_ROWS(1) Q4_ROWS(2) Q4_ROWS(3) Q4_ROWS(4) Q4_ROWS(5) Q4_ROWS(6) Q4_ROWS(7)
+#undef Q4_ROWS
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
+}
+
 inline void run(const Activations& a, int64_t R, const uint8_t* qs, const uint8_t* sc, const uint8_t* mn,
          const float* d, const float* dmin, const float* bias, float* y, int64_t K, int64_t N,
          int64_t S) {
@@ -229,14 +243,9 @@ inline void run(const Activations& a, int64_t R, const uint8_t* qs, const uint8_
     for (int64_t n0 = begin; n0 < end; n0 += 8) {  // a tile of output rows, every row chunk
       const int64_t n1 = std::min(end, n0 + 8);
       for (int64_t r0 = 0; r0 < R; r0 += chunk) {
-        float* yr = y + r0 * N;
-        switch (std::min(chunk, R - r0)) {
-#define Q4_ROWS(C) \
-  case C: rows_times_weights<C>(a, r0, qs, sc, mn, d, dmin, bias, yr, K, N, S, n0, n1); break;
-          Q4_ROWS(1) Q4_ROWS(2) Q4_ROWS(3) Q4_ROWS(4) Q4_ROWS(5) Q4_ROWS(6) Q4_ROWS(7)
-          default: rows_times_weights<8>(a, r0, qs, sc, mn, d, dmin, bias, yr, K, N, S, n0, n1); break;
-#undef Q4_ROWS
-        }
+        dispatch_rows(std::min(chunk, R - r0), [&](auto rows) {
+          rows_times_weights<decltype(rows)::value>(a, r0, qs, sc, mn, d, dmin, bias, y + r0 * N, K, N, S, n0, n1);
+        });
       }
     }
   });
@@ -365,15 +374,9 @@ inline void run_tiles(const Activations& a, int64_t R, const uint8_t* tiles, con
   at::parallel_for(0, N / TILE, 2, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t r0 = 0; r0 < R; r0 += chunk) {
-        float* yr = y + r0 * N;
-        switch (std::min(chunk, R - r0)) {
-#define Q4_TILE_ROWS(C) \
-  case C: tile_rows<C>(a, r0, tiles, bias, yr, K, N, S, t); break;
-          Q4_TILE_ROWS(1) Q4_TILE_ROWS(2) Q4_TILE_ROWS(3) Q4_TILE_ROWS(4) Q4_TILE_ROWS(5)
-          Q4_TILE_ROWS(6) Q4_TILE_ROWS(7)
-          default: tile_rows<8>(a, r0, tiles, bias, yr, K, N, S, t); break;
-#undef Q4_TILE_ROWS
-        }
+        dispatch_rows(std::min(chunk, R - r0), [&](auto rows) {
+          tile_rows<decltype(rows)::value>(a, r0, tiles, bias, y + r0 * N, K, N, S, t);
+        });
       }
     }
   });
