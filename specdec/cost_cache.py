@@ -6,8 +6,15 @@ plain step, a verify pass per window width, the draft step, the prefill), and a
 the same prompts in one warm process ran 19.1 / 13.5. The costs are stored as JSON under
 `$SPECDEC_HOME/costs/<machine>-<set-up>.json`, where the set-up names everything that
 changes them (target, draft, weight formats, dtype, device, tensor parallelism), and keep
-being updated as running averages from there. Acceptance is not stored: it belongs to the
-workload, not to the machine.
+being updated as running averages from there.
+
+The window's acceptance is stored beside them, as a weak prior (`AdaptiveWindow.
+acceptance_state`): it belongs to the workload more than to the set-up, but a fresh
+process that starts from the generic prior has to look before it drafts, which costs a
+short request its catch-up when the drafter is poor and its whole gain when the drafter is
+good and the look is refused; starting from the last run's acceptance, a process drafts at
+once where that paid and not at all where it did not, and its own steps outweigh the
+prior within a few.
 """
 
 from __future__ import annotations
@@ -42,11 +49,21 @@ def load_costs(path: Path) -> CostModel | None:
         return None
 
 
-def save_costs(path: Path, costs: CostModel, setup: dict) -> None:
+def load_acceptance(path: Path) -> dict | None:
+    """The stored acceptance counts (`AdaptiveWindow.start_from`), or None."""
+    try:
+        state = json.loads(path.read_text()).get("acceptance")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def save_costs(path: Path, costs: CostModel, setup: dict, acceptance: dict | None = None) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"setup": setup, "costs": costs.to_json()}))
+        stored = {"setup": setup, "costs": costs.to_json(), "acceptance": acceptance}
+        tmp.write_text(json.dumps(stored))
         tmp.replace(path)
     except OSError as err:  # a read-only cache must not stop generation
         log.warning("specdec: cannot save costs to %s (%s)", path, err)

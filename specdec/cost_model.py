@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 EMA = 0.2  # weight of a new measurement
+CATCH_UP_WIDTHS = 32  # catch-up pass widths kept (the most recently seen)
 
 
 def _blend(old: float | None, new: float) -> float:
@@ -68,6 +69,18 @@ def _interpolate(table: dict[int, float], x: int) -> float | None:
     return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
+def _line(table: dict[int, float], x: int) -> float:
+    """The least-squares line a + b x through the points, at x; the points' seconds per
+    unit times x where they do not rise (noise among close widths)."""
+    n = len(table)
+    mean_x, mean_y = sum(table) / n, sum(table.values()) / n
+    spread = sum((t - mean_x) ** 2 for t in table)
+    slope = sum((t - mean_x) * (s - mean_y) for t, s in table.items()) / spread if spread else 0
+    if slope <= 0:
+        return x * sum(table.values()) / sum(table)
+    return max(0.0, mean_y + slope * (x - mean_x))
+
+
 def _by_total(tables: dict[int, dict[int, float]], rows: int) -> dict[int, float]:
     """{rows -> {tokens per row: s}} -> {total new tokens: s}, the batch size nearest
     `rows` winning where two give the same total."""
@@ -106,6 +119,12 @@ class CostModel:
     prefill_pass_s: dict[int, dict[int, float]] = field(default_factory=dict)
     prefill_token_s: float | None = None
     catch_up_token_s: float | None = None
+    # Seconds of whole catch-up passes by the tokens they fed: a pass costs a fixed part
+    # (every weight read once) plus a part per token, so the per-token average of the
+    # short catch-ups after a few plain steps overprices the long one of a new prompt
+    # (the int4 0.5B draft on a Zen 4: 16 tokens 69 ms, 47 tokens 131 ms; the average
+    # of a run's catch-ups, 7.4 ms a token, priced a 47-token one at 350 ms).
+    catch_up_pass_s: dict[int, float] = field(default_factory=dict)
     draft_ratio: float | None = None
     # Seconds of one pass of n rows (n -> s, at the kernel buckets) through the target's
     # and through the draft's projections, from the timings behind their kernel plans
@@ -136,6 +155,7 @@ class CostModel:
             "prefill_pass_s": self.prefill_pass_s,
             "prefill_token_s": self.prefill_token_s,
             "catch_up_token_s": self.catch_up_token_s,
+            "catch_up_pass_s": self.catch_up_pass_s,
             "draft_ratio": self.draft_ratio,
             "seen": [[rows, t, n] for (rows, t), n in self._seen.items()],
         }
@@ -154,6 +174,7 @@ class CostModel:
             prefill_pass_s={int(r): table(t) for r, t in data["prefill_pass_s"].items()},
             prefill_token_s=data["prefill_token_s"],
             catch_up_token_s=data["catch_up_token_s"],
+            catch_up_pass_s=table(data.get("catch_up_pass_s", {})),
             draft_ratio=data["draft_ratio"],
             _seen={(int(r), int(t)): int(n) for r, t, n in data["seen"]},
         )
@@ -205,11 +226,18 @@ class CostModel:
         """A draft catch-up pass: `tokens` history tokens fed in `seconds`."""
         if tokens > 0:
             self.catch_up_token_s = _blend(self.catch_up_token_s, seconds / tokens)
+            passes = self.catch_up_pass_s
+            passes[tokens] = _blend(passes.pop(tokens, None), seconds)  # newest last
+            if len(passes) > CATCH_UP_WIDTHS:
+                del passes[next(iter(passes))]
 
     def catch_up_time(self, tokens: int) -> float | None:
-        """Seconds for the draft to catch up on `tokens` history tokens: measured once a
-        catch-up has run, until then the target's prefill per token scaled by
-        `draft_share` of a pass that wide."""
+        """Seconds for the draft to catch up on `tokens` history tokens: through the
+        measured catch-up passes once two widths have run (`catch_up_pass_s`), after one
+        the measured seconds per token, until then the target's prefill per token scaled
+        by `draft_share` of a pass that wide."""
+        if len(self.catch_up_pass_s) >= 2:
+            return _line(self.catch_up_pass_s, tokens)
         if self.catch_up_token_s is not None:
             return tokens * self.catch_up_token_s
         if self.prefill_token_s is None:
@@ -335,6 +363,10 @@ INFORMED_MIN_GAIN = 0.05
 # eight's): the most a look that finds speculation useless loses, besides a few k = 1
 # steps. Only where a drafter that is always right would gain at least as much, net.
 EXPLORE_SHARE = 0.1
+# Drafted rows an earlier run's acceptance counts for at the first position when a fresh
+# process starts from it: 8 steps at batch 1 (the window remembers ~50), so a workload
+# unlike the last one outweighs it within a few steps of its own.
+WARM_ACCEPTANCE_WEIGHT = 8.0
 
 
 def startup_pays(
@@ -505,6 +537,25 @@ class AdaptiveWindow:
         """`alpha`, or before anything was drafted the pooled prior it starts from."""
         return self.alpha or [0.5 + (0.25 / 3) ** 0.5]
 
+    def acceptance_state(self, weight: float = WARM_ACCEPTANCE_WEIGHT) -> dict:
+        """The decayed acceptance counts, scaled so the first position counts at most
+        `weight` drafted rows: what a later process starts from (`start_from`)."""
+        scale = min(1.0, weight / self._reached[0]) if self._reached and self._reached[0] else 1.0
+        return {
+            "reached": [r * scale for r in self._reached],
+            "kept": [k * scale for k in self._kept],
+        }
+
+    def start_from(self, state: dict) -> None:
+        """Begin from an earlier run's acceptance (`acceptance_state`) instead of the
+        generic prior: a weak start, which the run's own steps outweigh within a few."""
+        reached, kept = list(map(float, state["reached"])), list(map(float, state["kept"]))
+        if len(reached) != len(kept):
+            raise ValueError("acceptance counts must pair up")
+        if any(k < 0 or k > r * (1 + 1e-9) for k, r in zip(kept, reached, strict=True)):
+            raise ValueError("acceptance counts must have 0 <= kept <= reached")
+        self._reached, self._kept = reached, kept
+
     def choose(self, rows: int, catch_up: int = 0, remaining: int | None = None) -> int:
         """k for the next step of `rows` rows. `catch_up`: draft tokens the drafter must
         feed before it can draft (a lazy draft model's rows not caught up), `remaining`:
@@ -552,10 +603,13 @@ class AdaptiveWindow:
         of plain when started, do not look) and a drafter that is always right would gain
         at least that share, net (the int4 pair: 19% at best, under the cold bar);
         the steps after it measure the acceptance, and `_choose` turns the window off if it
-        does not pay. A look pays off in the requests after it, so an engine takes it from
-        its second admission on: a one-request run never pays for one (in a simulated
-        request at acceptance 0.5-0.67 a look cost 8% of it). Later starts are priced with
-        what was measured, at INFORMED_MIN_GAIN."""
+        does not pay. The first request takes the look too: with the tile layout the int4
+        pair ran 1.57x plain on code at k = 3, and waiting for the second request left a
+        quarter of a 4-request run plain (`auto` 1.38x); what a look costs a request whose
+        drafter is poor is bounded by EXPLORE_SHARE and a few k = 1 steps (8% at
+        acceptance 0.5-0.67, simulated), and a process that stores its acceptance
+        (`acceptance_state`) takes it once. Later starts are priced with what was
+        measured, at INFORMED_MIN_GAIN."""
         if self._reached:  # drafted before: measured acceptance and draft costs
             return startup_pays(
                 self.costs, rows, self.alpha, self.k_max, catch_up, remaining, INFORMED_MIN_GAIN
@@ -565,7 +619,7 @@ class AdaptiveWindow:
             return True
         cost = self.costs.catch_up_time(catch_up)
         plain = self.costs.verify_time(rows, 1)
-        if self._admissions < 2 or cost is None or plain is None:
+        if cost is None or plain is None:
             return False
         if cost > EXPLORE_SHARE * remaining * plain / rows:
             return False

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import importlib.util
+import logging
 import os
 import weakref
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ import torch
 
 from specdec.acceptors import ACCEPTORS, TokenAcceptor
 from specdec.config import SamplingParams
-from specdec.cost_cache import cost_file, load_costs, save_costs
+from specdec.cost_cache import cost_file, load_acceptance, load_costs, save_costs
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.distributed import (
     check_tp_split,
@@ -43,6 +44,8 @@ from specdec.models.quant import QUANTS, quantize
 from specdec.models.static_pass import use_static_passes
 from specdec.speculator.model import is_speculator_dir, load_speculator
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
+
+log = logging.getLogger(__name__)
 
 MAX_WINDOW = 32
 
@@ -204,6 +207,7 @@ class LLM:
             }  # fmt: skip
             self._costs_file, self._costs_setup = cost_file(setup), setup
             window.costs = load_costs(self._costs_file) or window.costs
+            _start_from_stored_acceptance(window, self._costs_file)
             atexit.register(_save_costs_if_alive, weakref.ref(self))
         window = shared_window(window, self.tp)  # rank 0's choice of k on every rank
         self.engine = Engine(
@@ -293,7 +297,8 @@ class LLM:
         """Store `auto`'s measured costs for the next process on this machine and set-up
         (`specdec.cost_cache`); called after each `generate` and at exit."""
         if self._costs_file is not None:
-            save_costs(self._costs_file, self.engine.window.costs, self._costs_setup)
+            window = self.engine.window
+            save_costs(self._costs_file, window.costs, self._costs_setup, window.acceptance_state())
 
     def spmd_params(self, params, n: int):
         """Under tensor parallelism, rank 0's seeds for the `n` requests that have none
@@ -311,6 +316,17 @@ class LLM:
 
 def _cost_cache_on() -> bool:
     return os.environ.get("SPECDEC_COST_CACHE", "1") != "0"
+
+
+def _start_from_stored_acceptance(window: AdaptiveWindow, path) -> None:
+    """The last run's acceptance as the window's prior, where one is stored and valid."""
+    state = load_acceptance(path)
+    if state is None:
+        return
+    try:
+        window.start_from(state)
+    except (KeyError, TypeError, ValueError) as err:
+        log.warning("specdec: ignoring stored acceptance in %s (%s)", path, err)
 
 
 def _save_costs_if_alive(ref) -> None:

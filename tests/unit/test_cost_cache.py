@@ -5,8 +5,8 @@ import json
 import pytest
 
 from specdec.config import SamplingParams
-from specdec.cost_cache import cost_file, load_costs
-from specdec.cost_model import AdaptiveWindow, CostModel
+from specdec.cost_cache import cost_file, load_acceptance, load_costs
+from specdec.cost_model import WARM_ACCEPTANCE_WEIGHT, AdaptiveWindow, CostModel
 from specdec.llm import LLM
 
 from tiny import hf_tiny, tiny_tokenizer
@@ -62,3 +62,25 @@ def test_the_cache_can_be_off_and_a_corrupt_file_is_ignored(tiny_dir, tmp_path, 
     bad.parent.mkdir(parents=True)
     bad.write_text("{not json")
     assert load_costs(bad) is None
+
+
+def test_a_fresh_llm_starts_from_the_last_ones_acceptance(tiny_dir, tmp_path, monkeypatch):
+    """The window's acceptance is stored beside the costs, scaled to a weak prior, and a
+    fresh LLM of the same set-up starts from it; a stored state that makes no sense is
+    ignored (a cold start), never an error."""
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPECDEC_COST_CACHE", "1")
+    first = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="fp32")
+    first.generate(["a b c a b c a b c a b c"], SamplingParams(temperature=0, max_tokens=48))
+    state = first.engine.window.acceptance_state()
+    assert state["reached"] and 0 < state["reached"][0] <= WARM_ACCEPTANCE_WEIGHT
+    (stored,) = (tmp_path / "home" / "costs").glob("*.json")
+    assert load_acceptance(stored) == state
+
+    second = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="fp32")
+    assert second.engine.window.acceptance_state() == state
+
+    data = json.loads(stored.read_text())
+    stored.write_text(json.dumps(data | {"acceptance": {"reached": [1.0], "kept": [3.0]}}))
+    third = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="fp32")
+    assert third.engine.window.acceptance_state() == {"reached": [], "kept": []}

@@ -200,3 +200,21 @@ def test_the_draft_model_times_its_first_draft_token(tokenizer):
     drafted = [(total, first) for k, total, first in seen if k == 3]
     assert drafted and all(0 < first < total for total, first in drafted)
     assert all(first is None for k, _, first in seen if k == 0)
+
+
+def test_a_catch_up_is_priced_by_its_width_not_by_the_average_token():
+    """A catch-up pass costs a fixed part plus a part per token: the int4 0.5B draft on a
+    Zen 4 took 25 ms for 2 tokens and 131 ms for 47. The per-token average of short
+    catch-ups priced a new prompt's at 2-3x its cost, which refused starts that paid."""
+    costs = CostModel()
+    for tokens, seconds in [(2, 0.025), (3, 0.030), (16, 0.069), (47, 0.131)]:
+        costs.observe_catch_up(tokens, seconds)
+    assert costs.catch_up_time(46) == pytest.approx(0.131, rel=0.1)
+    assert costs.catch_up_token_s * 46 > 2 * costs.catch_up_time(46)
+    single = CostModel()
+    single.observe_catch_up(40, 0.1)  # one width: its seconds per token
+    assert single.catch_up_time(80) == pytest.approx(0.2)
+    noisy = CostModel()
+    noisy.observe_catch_up(10, 0.05)
+    noisy.observe_catch_up(11, 0.04)  # falls with width: noise, priced per token
+    assert noisy.catch_up_time(21) == pytest.approx(0.09)
