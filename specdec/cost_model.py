@@ -118,12 +118,12 @@ class CostModel:
     # passes per token, and the draft's cost relative to the target's (None: unknown).
     prefill_pass_s: dict[int, dict[int, float]] = field(default_factory=dict)
     prefill_token_s: float | None = None
-    catch_up_token_s: float | None = None
     # Seconds of whole catch-up passes by the tokens they fed: a pass costs a fixed part
     # (every weight read once) plus a part per token, so the per-token average of the
     # short catch-ups after a few plain steps overprices the long one of a new prompt
     # (the int4 0.5B draft on a Zen 4: 16 tokens 69 ms, 47 tokens 131 ms; the average
-    # of a run's catch-ups, 7.4 ms a token, priced a 47-token one at 350 ms).
+    # of a run's catch-ups, 7.4 ms a token, priced a 47-token one at 350 ms). One width
+    # alone prices per token.
     catch_up_pass_s: dict[int, float] = field(default_factory=dict)
     draft_ratio: float | None = None
     # Seconds of one pass of n rows (n -> s, at the kernel buckets) through the target's
@@ -154,7 +154,6 @@ class CostModel:
             "draft_first_s": self.draft_first_s,
             "prefill_pass_s": self.prefill_pass_s,
             "prefill_token_s": self.prefill_token_s,
-            "catch_up_token_s": self.catch_up_token_s,
             "catch_up_pass_s": self.catch_up_pass_s,
             "draft_ratio": self.draft_ratio,
             "seen": [[rows, t, n] for (rows, t), n in self._seen.items()],
@@ -173,7 +172,6 @@ class CostModel:
             draft_first_s=table(data.get("draft_first_s", {})),
             prefill_pass_s={int(r): table(t) for r, t in data["prefill_pass_s"].items()},
             prefill_token_s=data["prefill_token_s"],
-            catch_up_token_s=data["catch_up_token_s"],
             catch_up_pass_s=table(data.get("catch_up_pass_s", {})),
             draft_ratio=data["draft_ratio"],
             _seen={(int(r), int(t)): int(n) for r, t, n in data["seen"]},
@@ -225,7 +223,6 @@ class CostModel:
     def observe_catch_up(self, tokens: int, seconds: float) -> None:
         """A draft catch-up pass: `tokens` history tokens fed in `seconds`."""
         if tokens > 0:
-            self.catch_up_token_s = _blend(self.catch_up_token_s, seconds / tokens)
             passes = self.catch_up_pass_s
             passes[tokens] = _blend(passes.pop(tokens, None), seconds)  # newest last
             if len(passes) > CATCH_UP_WIDTHS:
@@ -233,13 +230,11 @@ class CostModel:
 
     def catch_up_time(self, tokens: int) -> float | None:
         """Seconds for the draft to catch up on `tokens` history tokens: through the
-        measured catch-up passes once two widths have run (`catch_up_pass_s`), after one
-        the measured seconds per token, until then the target's prefill per token scaled
-        by `draft_share` of a pass that wide."""
-        if len(self.catch_up_pass_s) >= 2:
+        measured catch-up passes (`catch_up_pass_s`; one width: its seconds per token),
+        until one has run the target's prefill per token scaled by `draft_share` of a pass
+        that wide."""
+        if self.catch_up_pass_s:
             return _line(self.catch_up_pass_s, tokens)
-        if self.catch_up_token_s is not None:
-            return tokens * self.catch_up_token_s
         if self.prefill_token_s is None:
             return None
         return tokens * self.prefill_token_s * self.draft_share(tokens)
