@@ -507,6 +507,8 @@ class AdaptiveWindow:
         # (admissions, rows, catch-up, remaining) when `_may_start` last said no: it stands
         # until the next admission (see `_start_allowed`).
         self._refused: tuple[int, int, int, int] | None = None
+        self._drafting = False  # the last step chosen drafted (see `_choose`'s bar)
+        self._probing = False  # `_choose` returned a probe while speculation was off
 
     @property
     def alpha(self) -> list[float]:
@@ -557,14 +559,23 @@ class AdaptiveWindow:
         the most tokens a row may still generate; a window that needs a catch-up is only
         started when `_may_start` says so."""
         k = self._choose(rows)
-        if (
-            k
-            and catch_up
-            and remaining is not None
-            and not self._start_allowed(rows, catch_up, remaining)
-        ):
-            return 0
+        if k and catch_up and remaining is not None:
+            if self._probing:  # a probe is a look: bounded by its price alone
+                k = k if self._cheap_look(rows, catch_up, remaining) else 0
+            elif not self._start_allowed(rows, catch_up, remaining):
+                k = 0
+        self._drafting = k > 0
         return k
+
+    def _cheap_look(self, rows: int, catch_up: int, remaining: int) -> bool:
+        """Whether a catch-up costs at most EXPLORE_SHARE of the plain decoding ahead, per
+        row: the most a look at the drafter (the first start, or a probe once it was
+        switched off) may cost."""
+        cost = self.costs.catch_up_time(catch_up)
+        plain = self.costs.verify_time(rows, 1)
+        if cost is None or plain is None:
+            return False
+        return cost <= EXPLORE_SHARE * remaining * plain / rows
 
     def _start_allowed(self, rows: int, catch_up: int, remaining: int) -> bool:
         """`_may_start`, except that a refusal stands until the next admission or a change
@@ -612,11 +623,7 @@ class AdaptiveWindow:
         alpha = self.prior_alpha()
         if startup_pays(self.costs, rows, alpha, self.k_max, catch_up, remaining):
             return True
-        cost = self.costs.catch_up_time(catch_up)
-        plain = self.costs.verify_time(rows, 1)
-        if cost is None or plain is None:
-            return False
-        if cost > EXPLORE_SHARE * remaining * plain / rows:
+        if not self._cheap_look(rows, catch_up, remaining):
             return False
         always_right = [1.0] * self.k_max
         return startup_pays(
@@ -624,6 +631,7 @@ class AdaptiveWindow:
         )
 
     def _choose(self, rows: int) -> int:
+        self._probing = False
         if self.costs.timed(rows, 1) < 2:  # plain passes at this batch size: the reference
             return 0
         if self._off:  # the guard saw speculation lose: plain decoding for a while
@@ -633,7 +641,12 @@ class AdaptiveWindow:
             return 1  # nothing drafted yet: the cheapest step that measures the drafter
         reach = min(self.k_max, 2 * self.costs.widest_measured(rows) - 1)
         k, speedup = self.costs.best_window(rows, self.alpha, reach)
-        k = k if speedup > 1 + self.margin else 0
+        # The margin guards a start against noise; once drafting, a window predicted to
+        # pay at all is kept (the guard still checks what it realises). Stopping is not
+        # free with a lazy draft: starting again costs a catch-up, and a refused start
+        # stands, so one early rejection at batch 1 (acceptance 0.8 measured as 1 of 2)
+        # ended drafting for the rest of a chat request where k = 3 paid 1.07-1.26x.
+        k = k if speedup > (1.0 if self._drafting else 1 + self.margin) else 0
         if k:
             self._probe_gap = self.probe_every
         self._since_probe += 1
@@ -649,9 +662,12 @@ class AdaptiveWindow:
         self._probe_gap = min(2 * self._probe_gap, self.MAX_BACKOFF)
         # No probe where even a drafter that is always right could not pay with the costs
         # measured at this batch size (a compute-bound batch): acceptance is not the
-        # question there, and a probe would only cost.
+        # question there, and a probe would only cost. A probe that needs a catch-up is
+        # priced as a look (`choose`): without that, a lazy draft switched off once never
+        # drafted again in the request, its probes refused as starts that do not pay.
         ceiling = self.costs.best_window(rows, [1.0], reach)[1]
-        return 1 if ceiling > 1 + self.margin else 0
+        self._probing = ceiling > 1 + self.margin
+        return 1 if self._probing else 0
 
     def observe(
         self,

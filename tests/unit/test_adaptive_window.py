@@ -557,3 +557,55 @@ def test_a_refused_start_stands_until_the_next_admission(monkeypatch):
     answer[0] = True
     assert window.choose(2, catch_up=55, remaining=26) == 1 and len(priced) == 4
     assert window.choose(2, catch_up=56, remaining=25) == 1 and len(priced) == 5
+
+
+def _drafted_once_then_rejected(plain_s=0.022, verify2_s=0.0255):
+    """A batch-1 window as on a chat prompt with the int4 pair (Zen 4): two plain steps, a
+    k = 1 step that kept its draft, a k = 3 step that kept none. Its acceptance estimate
+    (1 kept of 2 at the first position) puts k = 1 at 1.0-1.03x plain."""
+    window = AdaptiveWindow()
+    for _ in range(2):
+        window.observe(1, 0, plain_s, 0.0, [], [])
+    window.observe(1, 1, verify2_s, 0.0105, [1], [1], draft_first_s=0.0105)
+    window.observe(1, 3, 0.0327, 0.0297, [1, 0, 0], [0, 0, 0], draft_first_s=0.0105)
+    return window
+
+
+def test_one_early_rejection_does_not_end_drafting():
+    """The margin is a bar for starting, not for going on: a window that is drafting keeps
+    a window predicted to pay at all. Stopping costs a lazy draft a catch-up to start
+    again, and one rejection at batch 1 (acceptance 0.8 read as 1 of 2) ended drafting for
+    the rest of a chat request where k = 3 measured 1.07-1.26x plain."""
+    window = _drafted_once_then_rejected()
+    k, speedup = window.costs.best_window(1, window.alpha, 8)
+    assert 1.0 < speedup < 1 + window.margin  # a fresh start would not clear the bar
+    window._drafting = True  # the k = 3 step above was chosen by `choose`
+    assert window.choose(1, catch_up=0, remaining=56) >= 1
+    fresh = _drafted_once_then_rejected()  # not drafting: the bar holds
+    assert fresh.choose(1, catch_up=0, remaining=56) == 0
+
+
+def test_a_probe_restarts_a_lazy_draft_when_its_catch_up_is_cheap():
+    """Switched off, a lazy draft falls behind by a token a step, so the probe that checks
+    the acceptance again needs a catch-up. Priced as a start on the poor estimate it was
+    always refused, and the request never drafted again; priced as a look (at most
+    EXPLORE_SHARE of the decoding ahead), it runs where the catch-up is cheap."""
+
+    def probe(remaining, catch_up_s=0.100):
+        window = AdaptiveWindow(probe_every=4)
+        for _ in range(2):
+            window.observe(1, 0, 0.022, 0.0, [], [])
+        for _ in range(3):  # a poor stretch: every first draft rejected
+            window.observe(1, 1, 0.026, 0.011, [1], [0], draft_first_s=0.011)
+        window.observe_catch_up(46, catch_up_s)
+        chosen = []
+        for step in range(8):  # plain steps: the catch-up grows by one each
+            chosen.append(window.choose(1, catch_up=step + 1, remaining=remaining - step))
+            window.observe(1, chosen[-1], 0.022, 0.0, [], [])
+            if chosen[-1]:
+                break
+        return chosen
+
+    assert probe(remaining=400)[-1] == 1  # the probe ran
+    assert probe(remaining=400, catch_up_s=2.0)[-1] == 1  # 4 tokens, 0.17 s of 0.88
+    assert not any(probe(remaining=40, catch_up_s=2.0))  # 0.17 s of 10% of 40 steps: no
