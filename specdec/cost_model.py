@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 EMA = 0.2  # weight of a new measurement
+PACE_WEIGHT = 0.2  # weight of a pass's log ratio in the host's pace (`CostModel.pace`)
 CATCH_UP_WIDTHS = 32  # catch-up pass widths kept (the most recently seen)
 
 
@@ -135,6 +136,15 @@ class CostModel:
     target_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
     draft_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
     _seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, T) -> passes timed
+    # The host's pace: how much slower than its tables it runs now. A shared machine's
+    # speed drifts by a third over seconds (the int4 1.5B's plain step 20-30 ms in one
+    # run), and a pass width timed in a slow minute, priced against a plain step timed in
+    # a fast one, made every window look dear (a 4-token pass at 1.6 plain steps, 1.25
+    # measured side by side) and switched drafting off. So the verify and draft tables hold
+    # seconds at pace 1: each pass of a width timed twice or more moves the pace by its
+    # ratio to the table, and is stored divided by it; the widths not timed meanwhile (the
+    # plain step while drafting) move with the pace instead of going stale.
+    pace: float = 1.0
 
     @classmethod
     def measured(cls, rows: int, verify_curve: dict[int, float], draft_step_s: float) -> CostModel:
@@ -156,6 +166,7 @@ class CostModel:
             "prefill_token_s": self.prefill_token_s,
             "catch_up_pass_s": self.catch_up_pass_s,
             "draft_ratio": self.draft_ratio,
+            "pace": self.pace,
             "seen": [[rows, t, n] for (rows, t), n in self._seen.items()],
         }
 
@@ -174,6 +185,7 @@ class CostModel:
             prefill_token_s=data["prefill_token_s"],
             catch_up_pass_s=table(data.get("catch_up_pass_s", {})),
             draft_ratio=data["draft_ratio"],
+            pace=float(data.get("pace", 1.0)),
             _seen={(int(r), int(t)): int(n) for r, t, n in data["seen"]},
         )
 
@@ -185,10 +197,14 @@ class CostModel:
         table = self.verify_s.setdefault(rows, {})
         seen = self._seen.get((rows, tokens_per_row), 0)
         old = table.get(tokens_per_row)
-        if seen == 1 and old is not None and seconds < old:
-            table[tokens_per_row] = seconds
+        if seen >= 2 and old and seconds > 0:  # an established width: the host's pace
+            ratio = min(2.0, max(0.5, seconds / (old * self.pace)))
+            self.pace *= ratio**PACE_WEIGHT
+        at_pace = seconds / self.pace
+        if seen == 1 and old is not None and at_pace < old:
+            table[tokens_per_row] = at_pace
         else:
-            table[tokens_per_row] = _blend(old, seconds)
+            table[tokens_per_row] = _blend(old, at_pace)
         self._seen[(rows, tokens_per_row)] = seen + 1
 
     def timed(self, rows: int, tokens_per_row: int) -> int:
@@ -202,6 +218,8 @@ class CostModel:
         token's (None: the drafter does not say)."""
         if k <= 0:
             return
+        seconds /= self.pace  # the tables hold seconds at pace 1
+        first_s = None if first_s is None else first_s / self.pace
         if first_s is None:
             self.draft_step_s[rows] = _blend(self.draft_step_s.get(rows), seconds / k)
             return
@@ -279,6 +297,7 @@ class CostModel:
         if tokens_per_row in own or len(own) >= 2 or not own:
             return self.verify_time(rows, tokens_per_row)
         ((t0, s0),) = own.items()
+        s0 *= self.pace
         if self.target_plan_s:
             grown = _interpolate(self.target_plan_s, rows * tokens_per_row)
             timed = _interpolate(self.target_plan_s, rows * t0)
@@ -300,20 +319,21 @@ class CostModel:
         None before any measurement."""
         own = self.verify_s.get(rows, {})
         if tokens_per_row in own or len(own) >= 2:
-            return _interpolate(own, tokens_per_row)
+            return _interpolate(own, tokens_per_row) * self.pace
         by_total = _by_total(self.verify_s, rows)
         estimate = _interpolate(by_total, rows * tokens_per_row)
         if own and estimate is not None:  # one point here: keep its level, borrow the shape
             ((t0, s0),) = own.items()
             at_t0 = _interpolate(by_total, rows * t0)
             estimate = estimate * s0 / at_t0 if at_t0 else s0
-        return estimate
+        return None if estimate is None else estimate * self.pace
 
     def draft_time(self, rows: int) -> float | None:
         """Seconds for one draft token on each of `rows` rows (after a step's first, where
         that is timed apart; before any later one is, the first's)."""
         step = _interpolate(self.draft_step_s, rows)
-        return step if step is not None else _interpolate(self.draft_first_s, rows)
+        step = step if step is not None else _interpolate(self.draft_first_s, rows)
+        return None if step is None else step * self.pace
 
     def draft_seconds(self, rows: int, k: int) -> float | None:
         """Seconds for a step's k draft tokens on each of `rows` rows."""
@@ -323,7 +343,7 @@ class CostModel:
         first = _interpolate(self.draft_first_s, rows)
         if step is None:
             return None
-        return (step if first is None else first) + (k - 1) * step
+        return (step if first is None else first * self.pace) + (k - 1) * step
 
     def predict(self, rows: int, alpha: list[float], k: int) -> float | None:
         """Predicted tokens per second per row for window k; None if a cost is unknown, or

@@ -1,10 +1,13 @@
 """The adaptive window, driven by a simulated system whose best window is known."""
 
+import itertools
 import random
 
 import pytest
 
+from specdec import cost_model
 from specdec.cost_model import (
+    PACE_WEIGHT,
     WARM_ACCEPTANCE_WEIGHT,
     AdaptiveWindow,
     CostModel,
@@ -231,8 +234,10 @@ def test_plain_reference_is_the_faster_of_two_steps():
     w.observe(2, 0, 1.0, 0.0, [], [])
     assert w.costs.verify_time(2, 1) == 1.0
     assert w.choose(2) == 1  # then the cheapest window that times the drafter
-    w.observe(2, 0, 2.0, 0.0, [], [])  # later passes: a running average
-    assert w.costs.verify_time(2, 1) == pytest.approx(1.2)
+    w.observe(2, 0, 2.0, 0.0, [], [])  # later passes: a running average at the host's pace
+    pace = 2.0**PACE_WEIGHT  # a width timed twice moves the pace by its ratio
+    assert w.costs.pace == pytest.approx(pace)
+    assert w.costs.verify_time(2, 1) == pytest.approx(pace * (0.8 * 1.0 + 0.2 * 2.0 / pace))
 
 
 def test_no_probes_where_a_perfect_drafter_could_not_pay():
@@ -609,3 +614,40 @@ def test_a_probe_restarts_a_lazy_draft_when_its_catch_up_is_cheap():
     assert probe(remaining=400)[-1] == 1  # the probe ran
     assert probe(remaining=400, catch_up_s=2.0)[-1] == 1  # 4 tokens, 0.17 s of 0.88
     assert not any(probe(remaining=40, catch_up_s=2.0))  # 0.17 s of 10% of 40 steps: no
+
+
+def on_a_drifting_host(window, a, slow, tokens=512, seeds=range(6)):
+    """Tokens per second of batch-1 requests on a host whose speed drifts: every pass of
+    step n costs `slow(n)` times its cost on a quiet host (c = 0.35, a pass of T tokens
+    1 + 0.08 (T - 1) plain steps: the int4 pair on a Zen 4)."""
+    total_tokens, total_s = 0, 0.0
+    for seed in seeds:
+        rng, w, done = random.Random(seed), window(), [0]
+        for n in itertools.count():
+            if done[0] >= tokens:
+                break
+            k = w.choose(1)
+            reached, kept = one_step(rng, a, k, done, tokens)
+            verify_s, draft_s = slow(n) * (1 + 0.08 * k), slow(n) * 0.35 * k
+            w.observe(1, k, verify_s, draft_s, reached, kept)
+            total_s += verify_s + draft_s
+        total_tokens += tokens
+    return total_tokens / total_s
+
+
+@pytest.mark.parametrize(
+    "a,slow",
+    [
+        (0.9, lambda n: 1.0 + 0.35 * ((n // 30) % 2)),  # 35% slower every other 30 steps
+        (0.8, lambda n: 1.4 if n < 40 else 1.0),  # the plain step timed in a slow minute
+    ],
+)
+def test_the_window_prices_at_the_hosts_pace(a, slow, monkeypatch):
+    """A shared host's speed drifts by a third over seconds. Priced against a plain step
+    timed at another speed, the windows looked dear or cheap by that much, and auto gave
+    up 7-9% against the best fixed window; moving every width with the pace of the ones
+    timed again keeps it within 5%."""
+    best = max(on_a_drifting_host(lambda k=k: FixedWindow(k), a, slow) for k in range(1, 6))
+    assert on_a_drifting_host(AdaptiveWindow, a, slow) >= 0.95 * best
+    monkeypatch.setattr(cost_model, "PACE_WEIGHT", 0.0)  # each width's own running average
+    assert on_a_drifting_host(AdaptiveWindow, a, slow) < 0.94 * best
