@@ -478,12 +478,14 @@ class AdaptiveWindow:
       a wider window is only tried once the model, with costs it has measured, predicts
       it might pay. Where verification is compute-bound (a large batch) one cheap k = 1
       step shows that speculation cannot pay; nothing wider is ever paid for.
-    - A window only wins if it is predicted to be `margin` faster than plain decoding, so
-      noise does not make speculation hurt. Every `probe_every` steps it tries a window
-      two longer than its choice (k = 1 when speculation is off, twice as long a wait
-      after each probe that leaves it off, and none while even a drafter that is always
-      right could not pay), so acceptance that recovers and costs that change are
-      noticed without paying for long or frequent probes.
+    - Speculation only starts where a window is predicted to be `margin` faster than
+      plain decoding, so noise does not make it hurt; while drafting, any window
+      predicted to pay is kept. Every `probe_every` steps it tries a window two longer
+      than its choice (k = 1 when speculation is off, twice as long a wait after each
+      probe that leaves it off, and none while even a drafter that is always right could
+      not pay; a probe that needs a lazy draft's catch-up is priced as a look), so
+      acceptance that recovers and costs that change are noticed without paying for long
+      or frequent probes.
     - A guard checks what speculation realised, whatever the model predicted: over each
       `guard_steps` speculative steps, the plain-decoding seconds of the tokens they
       emitted (tokens per row x the measured plain step) over the seconds they took. Below
