@@ -64,7 +64,9 @@ def add_parser(subparsers) -> None:
         type=_names,
         default=None,
         help="plain,draft-kN,draft-auto,ngram-auto,ngram-kN,heads-kN,heads-auto,heads-tree,"
-        "hf-generate,hf-assisted,llamacpp,vllm,vllm-draft-kN",
+        "hf-generate,hf-assisted,llamacpp,vllm,vllm-draft-kN; X-auto-warm (X: draft, ngram, "
+        "heads): `auto` whose each run starts from the costs and acceptance its previous run "
+        "measured, as a process starts from the cost cache",
     )
     p.add_argument(
         "--heads",

@@ -24,7 +24,7 @@ PEERS = ("hf-generate", "hf-assisted", "llamacpp", "vllm")  # and vllm-draft-kN 
 # llama-cpp-python's high-level API): planned at batch 1 only.
 BATCH1_ONLY = ("hf-assisted", "llamacpp")
 _METHOD = re.compile(
-    r"^(plain|draft-k\d+|draft-auto|ngram-auto|ngram-k\d+|heads-k\d+|heads-auto|heads-tree|"
+    r"^(plain|draft-k\d+|(draft|ngram|heads)-auto(-warm)?|ngram-k\d+|heads-k\d+|heads-tree|"
     r"hf-generate|hf-assisted|llamacpp|vllm|vllm-draft-k\d+)$"
 )
 
@@ -130,11 +130,18 @@ class Point:
         return f"{self.group}|{self.method}"
 
     @property
+    def warm_start(self) -> bool:
+        """An `auto` method whose each run starts from what its previous run measured (the
+        costs and acceptance `specdec.cost_cache` hands a fresh process), as repeated
+        `specdec generate` calls run it; plain `-auto` starts every run from nothing."""
+        return self.method.endswith("-auto-warm")
+
+    @property
     def window(self) -> int | str | None:
         """k for a fixed-window method, "auto", "tree", or None (plain and peers)."""
         if is_peer(self.method):
             return None
-        if self.method.endswith("-auto"):
+        if self.method.endswith(("-auto", "-auto-warm")):
             return "auto"
         if self.method == "heads-tree":
             return "tree"
@@ -147,8 +154,8 @@ def check_methods(methods: tuple[str, ...]) -> None:
     if bad:
         raise InvalidParameterError(
             f"unknown method(s) {', '.join(bad)}: use plain, draft-kN, draft-auto, ngram-auto, "
-            "ngram-kN, heads-kN, heads-auto, heads-tree, hf-generate, hf-assisted, llamacpp, "
-            "vllm, vllm-draft-kN"
+            "ngram-kN, heads-kN, heads-auto, heads-tree, draft-auto-warm, ngram-auto-warm, "
+            "heads-auto-warm, hf-generate, hf-assisted, llamacpp, vllm, vllm-draft-kN"
         )
     if "plain" not in methods:
         raise InvalidParameterError("the methods must include plain (speedups are relative to it)")

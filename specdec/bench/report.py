@@ -132,6 +132,12 @@ def costs_table(costs: dict) -> list[str]:
     return out
 
 
+def _is_auto(row: dict) -> bool:
+    """An `auto` method's row (`-auto` and `-auto-warm`; rows written before the window was
+    recorded, by their method's name)."""
+    return row.get("window", "auto" if row["method"].endswith("-auto") else None) == "auto"
+
+
 def _floor_check(rows: list[dict], field: str, what: str) -> str:
     """`auto` against the floor on `field`; on tokens/s, per turn where methods took
     turns (`paired_speedup`: drift on a shared CPU cancels within a turn)."""
@@ -140,7 +146,7 @@ def _floor_check(rows: list[dict], field: str, what: str) -> str:
         paired = r.get("paired_speedup") if field == "speedup" else None
         return paired if paired is not None else r.get(field)
 
-    auto = [r for r in rows if r["method"].endswith("-auto") and value(r) is not None]
+    auto = [r for r in rows if _is_auto(r) and value(r) is not None]
     slow = [r for r in auto if value(r) < AUTO_FLOOR]
     paired = sum(field == "speedup" and r.get("paired_speedup") is not None for r in auto)
     how = f"; {paired} of {len(auto)} as medians of per-turn ratios" if paired else ""

@@ -2,7 +2,11 @@
 
 Models are loaded once per run (the target with its draft through `LLM`, transformers'
 copies and llama.cpp only when a peer point asks for them). Each point gets a fresh engine
-and, for `auto`, a fresh window, so what it learned at one point never helps another.
+and, for `auto`, a fresh window, so what it learned at one point never helps another. The
+`-auto-warm` methods are `auto` as a user's repeated processes run it: each run starts from
+the costs and acceptance the point's previous run ended with, passed through the cost
+cache's JSON (`CostModel.to_json`, `AdaptiveWindow.acceptance_state`); an unmeasured full
+run first, so the first timed run starts warm too.
 
 Timing is wall clock around one `generate` call over all the point's prompts (batches of
 `batch` at a time): tokens/s is generated tokens over that wall time, prefill included,
@@ -22,6 +26,7 @@ whole model in one process and are skipped.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import statistics
@@ -35,6 +40,7 @@ from specdec.bench import peers, workloads
 from specdec.bench.costs import measure_costs
 from specdec.bench.plan import Point, is_peer, vllm_draft_k
 from specdec.config import SamplingParams
+from specdec.cost_model import CostModel
 from specdec.distributed import shared_window
 from specdec.drafters import NgramDrafter
 from specdec.drafters.speculator import SpeculatorDrafter
@@ -129,6 +135,9 @@ class Runner:
         self.vllm_python = vllm_python
         self._vllm: tuple[int, object] | None = None  # (draft k, VllmPeer): one alive at a time
         self._warm: set[tuple[str, int]] = set()
+        # point key -> what its last run left for the next ("costs", "acceptance"): the
+        # `-auto-warm` methods' stand-in for the cost cache a fresh process reads.
+        self._carried: dict[str, dict] = {}
         self._llamacpp: tuple[int, object] | None = None  # (context, its model)
 
     # ------------------------------------------------------------------ prompts
@@ -251,6 +260,11 @@ class Runner:
                 f"{point.method} runs the whole model in one process: not under tensor "
                 f"parallelism (--tp {self.tp})"
             )
+        if self.tp > 1 and point.warm_start:
+            raise Skip(
+                f"{point.method}: the cost cache it stands for is per process, and a "
+                "tensor-parallel LLM keeps none"
+            )
         prompts = self.prompts(point)
         params = self.llm.spmd_params(self.params(point, len(prompts)), len(prompts))
         if point.method in ("hf-generate", "hf-assisted"):
@@ -262,7 +276,10 @@ class Runner:
         else:
             run = self._engine_runner(point, prompts, params)
         warm_key = (point.method, point.batch)
-        if warm_key not in self._warm:  # first calls of a shape are slower: one short run
+        if point.warm_start:  # a full run leaves the state the first timed run starts from
+            run(short=False)
+            self._warm.add(warm_key)
+        elif warm_key not in self._warm:  # first calls of a shape are slower: one short run
             run(short=True)
             self._warm.add(warm_key)
         return Trial(point, prompts, run)
@@ -316,6 +333,10 @@ class Runner:
                 if factory is None:
                     raise Skip("no draft model given (--draft)")
             window = build_window(point.window, self.k_max)
+        if point.warm_start and point.key in self._carried:
+            carried = json.loads(json.dumps(self._carried[point.key]))  # as stored on disk
+            window.costs = CostModel.from_json(carried["costs"])
+            window.start_from(carried["acceptance"])
         window = shared_window(window, llm.tp)  # auto: rank 0's k on every rank
         acceptor = build_acceptor("rejection")
         return Engine(
@@ -374,6 +395,12 @@ class Runner:
                 engine.generate([p[:64] for p in prompts[: point.batch]], warm * point.batch)
                 return None
             outs = engine.generate(prompts, params)
+            if point.warm_start:  # what a process saves at exit (`LLM.save_costs`)
+                window = engine.window
+                self._carried[point.key] = {
+                    "costs": window.costs.to_json(),
+                    "acceptance": window.acceptance_state(),
+                }
             return [o.token_ids for o in outs], [o.stats for o in outs], engine.prefill_s
 
         return run

@@ -209,3 +209,38 @@ def test_heads_methods_without_heads_are_skipped(model_dir, tmp_path):
     rows = json.loads((out / "results.json").read_text())["rows"]
     [heads] = [r for r in rows if r["method"] == "heads-auto"]
     assert heads["status"] == "skipped" and "--heads" in heads["reason"]
+
+
+def test_warm_auto_runs_start_from_the_previous_run(model_dir, tmp_path, monkeypatch):
+    """`draft-auto-warm` starts each run from the costs and acceptance its previous run
+    ended with (an unmeasured full run first), as a process starts from the cost cache;
+    `draft-auto` starts every run from nothing."""
+    started = []  # (method, the window's state when its engine is built, the window)
+    original = bench_runner.Runner._engine
+
+    def state(window) -> list:
+        return json.loads(json.dumps([window.costs.to_json(), window.acceptance_state()]))
+
+    def recording(self, point):
+        engine = original(self, point)
+        if point.window == "auto":
+            started.append((point.method, state(engine.window), engine.window))
+        return engine
+
+    monkeypatch.setattr(bench_runner.Runner, "_engine", recording)
+    out = tmp_path / "out"
+    args = ["--batches", "1", "--temperatures", "0", "--workloads", "code", "--repeats", "3"]
+    assert _bench(model_dir, out, *args, "--methods", "plain,draft-auto,draft-auto-warm") == 0
+    cold = [s for s in started if s[0] == "draft-auto"]
+    warm = [s for s in started if s[0] == "draft-auto-warm"]
+    assert len(cold) == 4 and len(warm) == 4  # a warm-up run and 3 timed runs each
+    for _, (costs, acceptance), _ in cold + warm[:1]:
+        assert not costs["verify_s"] and not acceptance["reached"]
+    for (*_, before), (_, at_start, _) in zip(warm[:-1], warm[1:], strict=True):
+        assert at_start[0]["verify_s"] and at_start == state(before)
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    [row] = [r for r in rows if r["method"] == "draft-auto-warm"]
+    assert row["status"] == "ok" and row["window"] == "auto" and row["same_output_as_plain"] == 1.0
+    summary = (out / "summary.md").read_text()
+    assert "`auto` at or above 0.97x plain decoding (tokens/s" in summary
+    assert "all 2 points" in summary or "of 2 points" in summary  # both auto rows judged
