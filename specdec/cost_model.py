@@ -480,8 +480,10 @@ class AdaptiveWindow:
       step shows that speculation cannot pay; nothing wider is ever paid for.
     - Speculation only starts where a window is predicted to be `margin` faster than
       plain decoding, so noise does not make it hurt; while drafting, any window
-      predicted to pay is kept. Every `probe_every` steps it tries a window two longer
-      than its choice (k = 1 when speculation is off, twice as long a wait after each
+      predicted to pay is kept. Every `probe_every` steps it probes: while drafting, a
+      window two longer than its choice and a plain step in turn (the plain step every
+      window is priced against drifts on a shared host, and nothing else re-times it
+      while drafting); k = 1 when speculation is off (twice as long a wait after each
       probe that leaves it off, and none while even a drafter that is always right could
       not pay; a probe that needs a lazy draft's catch-up is priced as a look), so
       acceptance that recovers and costs that change are noticed without paying for long
@@ -531,6 +533,8 @@ class AdaptiveWindow:
         self._refused: tuple[int, int, int, int] | None = None
         self._drafting = False  # the last step chosen drafted (see `_choose`'s bar)
         self._probing = False  # `_choose` returned a probe while speculation was off
+        self._plain_probe = False  # the last step was a plain probe while drafting
+        self._wider_next = True  # which probe a drafting window takes next (they alternate)
 
     @property
     def alpha(self) -> list[float]:
@@ -580,13 +584,14 @@ class AdaptiveWindow:
         feed before it can draft (a lazy draft model's rows not caught up), `remaining`:
         the most tokens a row may still generate; a window that needs a catch-up is only
         started when `_may_start` says so."""
+        resuming, self._plain_probe = self._plain_probe, False
         k = self._choose(rows)
-        if k and catch_up and remaining is not None:
+        if k and catch_up and remaining is not None and not resuming:
             if self._probing:  # a probe is a look: bounded by its price alone
                 k = k if self._cheap_look(rows, catch_up, remaining) else 0
             elif not self._start_allowed(rows, catch_up, remaining):
                 k = 0
-        self._drafting = k > 0
+        self._drafting = k > 0 or self._plain_probe
         return k
 
     def _cheap_look(self, rows: int, catch_up: int, remaining: int) -> bool:
@@ -680,7 +685,19 @@ class AdaptiveWindow:
         # each probe that finds it still off doubles the wait for the next).
         self._since_probe = 0
         if k:
-            return min(reach, k + 2)
+            # Drafting, the probes alternate: a window two wider, and a plain step. The
+            # plain step is the reference every window is priced against and the guard
+            # judges by, and while drafting nothing else times it; on a shared host one
+            # row's step drifts apart from the wider passes (the int4 1.5B's plain runs
+            # read 26-39 tok/s in one bench while its k = 3 runs held at 34), so a
+            # reference timed in a slow minute made a losing window look like a gain. The
+            # step after it resumes drafting without start-up pricing: its catch-up is
+            # the plain step's token, part of the probe.
+            self._wider_next = not self._wider_next
+            if not self._wider_next:
+                return min(reach, k + 2)
+            self._plain_probe = True
+            return 0
         self._probe_gap = min(2 * self._probe_gap, self.MAX_BACKOFF)
         # No probe where even a drafter that is always right could not pay with the costs
         # measured at this batch size (a compute-bound batch): acceptance is not the
