@@ -534,7 +534,7 @@ class AdaptiveWindow:
         self._drafting = False  # the last step chosen drafted (see `_choose`'s bar)
         self._probing = False  # `_choose` returned a probe while speculation was off
         self._plain_probe = False  # the last step was a plain probe while drafting
-        self._wider_next = True  # which probe a drafting window takes next (they alternate)
+        self._wider_probe = False  # a drafting window's probes alternate: wider, then plain
 
     @property
     def alpha(self) -> list[float]:
@@ -693,8 +693,8 @@ class AdaptiveWindow:
             # reference timed in a slow minute made a losing window look like a gain. The
             # step after it resumes drafting without start-up pricing: its catch-up is
             # the plain step's token, part of the probe.
-            self._wider_next = not self._wider_next
-            if not self._wider_next:
+            self._wider_probe = not self._wider_probe
+            if self._wider_probe:
                 return min(reach, k + 2)
             self._plain_probe = True
             return 0

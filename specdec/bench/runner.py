@@ -278,7 +278,6 @@ class Runner:
         warm_key = (point.method, point.batch)
         if point.warm_start:  # a full run leaves the state the first timed run starts from
             run(short=False)
-            self._warm.add(warm_key)
         elif warm_key not in self._warm:  # first calls of a shape are slower: one short run
             run(short=True)
             self._warm.add(warm_key)
