@@ -717,11 +717,17 @@ class AdaptiveWindow:
         drafted_at: list[int],
         accepted_at: list[int],
         draft_first_s: float | None = None,
+        width: int | None = None,
+        judged: int | None = None,
     ) -> None:
         """Feed back one step: its timings (`draft_first_s`: of `draft_s`, the first
-        draft token's, where the drafter times it) and, per position, drafted/accepted
-        row counts."""
-        self.costs.observe_verify(rows, k + 1, verify_s)
+        draft token's, where the drafter times it), per position, the rows that tested and
+        kept a draft token, and `width`, the verify pass's tokens per row where it was
+        narrower than k + 1 (no row drafted that far): the pass is timed at its width.
+        `judged`: the rows the counts are over, where not all `rows` (the engine counts
+        the rows a batch waits for, `Engine._judged_rows`); the guard's tokens per row
+        are theirs."""
+        self.costs.observe_verify(rows, k + 1 if width is None else width, verify_s)
         self.costs.observe_draft(rows, k, draft_s, draft_first_s)
         grow = len(drafted_at) - len(self._reached)
         if grow > 0:
@@ -731,7 +737,8 @@ class AdaptiveWindow:
             self._reached[i] = self.decay * self._reached[i] + d
             self._kept[i] = self.decay * self._kept[i] + a
         if k > 0:
-            self._guard(rows, verify_s + draft_s, 1 + sum(accepted_at) / rows)
+            per_row = sum(accepted_at) / (rows if judged is None else max(judged, 1))
+            self._guard(rows, verify_s + draft_s, 1 + per_row)
 
     def observe_prefill(self, rows: int, tokens_per_row: int, tokens: int, seconds: float) -> None:
         """The target's prefill of admitted rows (see `CostModel.observe_prefill`)."""

@@ -192,7 +192,7 @@ def test_the_draft_model_times_its_first_draft_token(tokenizer):
         def choose(self, rows, catch_up=0, remaining=None):
             return 3
 
-        def observe(self, rows, k, verify_s, draft_s, *counts, draft_first_s=None):
+        def observe(self, rows, k, verify_s, draft_s, *counts, draft_first_s=None, **_):
             seen.append((k, draft_s, draft_first_s))
 
     engine, _, _ = _tiny_pair_engine(tokenizer, Recording(k_max=3))

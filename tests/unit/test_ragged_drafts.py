@@ -1,0 +1,183 @@
+"""Drafts that cover only some rows (a prompt lookup that matches one row of four): how
+wide the verify pass is, what the window learns from such a step, and which rows' gains
+a batch job is judged by."""
+
+import pytest
+import torch
+
+from specdec.acceptors import GreedyAcceptor
+from specdec.config import SamplingParams
+from specdec.cost_model import AdaptiveWindow, FixedWindow
+from specdec.drafters import NgramDrafter
+from specdec.engine import Engine
+
+PROMPTS = [[5, 17, 42, 8, 9], [4, 4, 31], [9, 8, 7, 6], [50, 12]]
+
+
+class Oracle(NgramDrafter):
+    """Proposes the target's own greedy continuation, for the `lucky` prompts only: an
+    always-right drafter for those rows that proposes nothing for the others."""
+
+    def __init__(self, outputs: dict[tuple, list[int]], lucky: set[tuple], most: int = 99):
+        super().__init__()
+        self.outputs, self.lucky, self.most = outputs, lucky, most
+
+    def lookup(self, row: int, k: int) -> list[int]:
+        history = self.histories[row]
+        for prompt, out in self.outputs.items():
+            if prompt in self.lucky and tuple(history[: len(prompt)]) == prompt:
+                done = len(history) - len(prompt)  # tokens generated so far
+                return out[done : done + min(k, self.most)]
+        return []
+
+
+class Recording(FixedWindow):
+    """A fixed window that keeps what each step reports."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__(k)
+        self.steps: list[tuple] = []
+
+    def observe(self, rows, k, verify_s, draft_s, drafted_at, accepted_at, **kw) -> None:
+        self.steps.append((rows, k, drafted_at, accepted_at, kw))
+
+
+def _greedy_outputs(model, tokenizer, n: int) -> dict[tuple, list[int]]:
+    plain = Engine(model, tokenizer, frozenset(), max_batch=4)
+    params = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+    done = plain.generate(PROMPTS, params)
+    return {tuple(p): c.token_ids for p, c in zip(PROMPTS, done, strict=True)}
+
+
+def _engine(model, tokenizer, drafter, window, max_batch=4) -> Engine:
+    return Engine(
+        model,
+        tokenizer,
+        frozenset(),
+        max_batch=max_batch,
+        drafter_factory=lambda *_: drafter,
+        acceptor=GreedyAcceptor(),
+        window=window,
+    )
+
+
+def test_a_verify_pass_is_as_wide_as_its_longest_draft(hf_and_native, tokenizer, monkeypatch):
+    """k = 4 asked, one row drafts 2 tokens, the rest nothing: the pass verifies 3
+    positions per row, not 5; with no row drafting it is a plain step. Output unchanged."""
+    model = hf_and_native[1]
+    outputs = _greedy_outputs(model, tokenizer, 12)
+    widths = []
+    forward = model.forward
+
+    def counting(tokens, *args, **kwargs):
+        widths.append(tokens.shape[1])
+        return forward(tokens, *args, **kwargs)
+
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    for lucky, expected in (({tuple(PROMPTS[1])}, 3), (set(), 1)):
+        window = Recording(4)
+        engine = _engine(model, tokenizer, Oracle(outputs, lucky, most=2), window)
+        widths.clear()
+        with monkeypatch.context() as patch:
+            patch.setattr(model, "forward", counting)
+            got = [c.token_ids for c in engine.generate(PROMPTS, params)]
+        assert got == [outputs[tuple(p)] for p in PROMPTS]
+        assert widths[1:3] == [expected, expected]  # after the prefill: two steps
+        assert window.steps[0][4]["width"] == expected
+
+
+def test_a_row_without_a_draft_counts_as_a_rejection(hf_and_native, tokenizer):
+    """One row in four drafts (and is always right): position 0 was tested by every row
+    the window asked and kept by one, so a 4-row pass is priced at a quarter of the
+    lucky row's acceptance, which is what the batch gains from it."""
+    model = hf_and_native[1]
+    outputs = _greedy_outputs(model, tokenizer, 12)
+    window = Recording(2)
+    engine = _engine(model, tokenizer, Oracle(outputs, {tuple(PROMPTS[0])}), window)
+    engine.add_request(PROMPTS[0], SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
+    for p in PROMPTS[1:]:
+        engine.add_request(p, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
+    engine.step()  # the server's loop: every row judged
+    rows, k, drafted_at, accepted_at, kw = window.steps[0]
+    assert (rows, k) == (4, 2)
+    assert drafted_at == [4, 1] and accepted_at == [1, 1]
+    assert kw["judged"] == 4
+
+
+def test_a_batch_job_is_judged_by_its_longest_rows(hf_and_native, tokenizer):
+    """Inside `generate`, with nothing waiting, only the rows with the most tokens left
+    are counted: the caller waits for them. Through `step` (a server) every row is."""
+    model = hf_and_native[1]
+    outputs = _greedy_outputs(model, tokenizer, 12)
+    lengths = [12, 6, 12, 6]
+    params = [SamplingParams(temperature=0, max_tokens=n, ignore_eos=True) for n in lengths]
+
+    window = Recording(2)
+    _engine(model, tokenizer, Oracle(outputs, set()), window).generate(PROMPTS, params)
+    assert window.steps[0][4]["judged"] == 2  # rows 0 and 2 have the most left
+    assert window.steps[0][2] == [2, 0]
+
+    window = Recording(2)
+    engine = _engine(model, tokenizer, Oracle(outputs, set()), window, max_batch=2)
+    engine.generate(PROMPTS, params)  # two rows at a time: requests wait at first
+    assert window.steps[0][4]["judged"] == 2
+
+    window = Recording(2)
+    engine = _engine(model, tokenizer, Oracle(outputs, set()), window)
+    for p, q in zip(PROMPTS, params, strict=True):
+        engine.add_request(p, q)
+    engine.step()
+    assert window.steps[0][4]["judged"] == 4
+
+
+class SimulatedHost(AdaptiveWindow):
+    """`auto` on a host where a pass of T tokens per row costs 1 + 0.15 (T - 1) plain
+    steps whatever the rows (memory-bound) and drafting is free (a prompt lookup): the
+    engine's real timings are replaced, so what it chooses is deterministic."""
+
+    seconds = 0.0
+
+    def observe(self, rows, k, verify_s, draft_s, *counts, width=None, **kw) -> None:
+        width = k + 1 if width is None else width
+        verify_s = 1.0 + 0.15 * (width - 1)
+        self.seconds += verify_s
+        super().observe(rows, k, verify_s, 0.0, *counts, width=width, **kw)
+
+
+def test_auto_never_slows_a_batch_whose_longest_rows_get_no_drafts(
+    hf_and_native, tokenizer, monkeypatch
+):
+    """Four equal requests, one of which the drafter always gets right and the others
+    never: the batch ends with the three unlucky rows, so no window shortens it and every
+    draft step only costs. Judged by every row (a 4-row pass at a quarter of one row's
+    acceptance, which pays on a mean), `auto` kept drafting and the batch took longer than
+    plain decoding; judged by its longest rows, it gives up within a few steps."""
+    model = hf_and_native[1]
+    n = 48
+    outputs = _greedy_outputs(model, tokenizer, n)
+    params = SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+
+    def run() -> float:
+        window = SimulatedHost()
+        engine = _engine(model, tokenizer, Oracle(outputs, {tuple(PROMPTS[0])}), window)
+        got = [c.token_ids for c in engine.generate(PROMPTS, params)]
+        assert got == [outputs[tuple(p)] for p in PROMPTS]
+        return window.seconds
+
+    plain_s = n - 1.0  # one plain step per token after the prefill's
+    assert plain_s / run() >= 0.97
+    every_row = lambda self, remaining: torch.ones(len(remaining), dtype=torch.bool)  # noqa: E731
+    monkeypatch.setattr(Engine, "_judged_rows", every_row)
+    assert plain_s / run() < 0.95, "the check above must fail when every row is judged"
+
+
+@pytest.mark.parametrize("lucky", [0, 4])
+def test_n_gram_counts_keep_the_output(hf_and_native, tokenizer, lucky):
+    """However many rows draft, greedy output is the target's own."""
+    model = hf_and_native[1]
+    outputs = _greedy_outputs(model, tokenizer, 16)
+    chosen = {tuple(p) for p in PROMPTS[:lucky]}
+    engine = _engine(model, tokenizer, Oracle(outputs, chosen), AdaptiveWindow(k_max=4))
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    got = [c.token_ids for c in engine.generate(PROMPTS, params)]
+    assert got == [outputs[tuple(p)] for p in PROMPTS]
