@@ -34,8 +34,14 @@ class SharedWindow:
     def k_max(self) -> int:
         return self.inner.k_max
 
-    def choose(self, rows: int, catch_up: int = 0, remaining: int | None = None) -> int:
-        return self.group.broadcast_int(self.inner.choose(rows, catch_up, remaining))
+    def choose(
+        self,
+        rows: int,
+        catch_up: int = 0,
+        remaining: int | None = None,
+        limits: list[int] | None = None,
+    ) -> int:
+        return self.group.broadcast_int(self.inner.choose(rows, catch_up, remaining, limits))
 
     def observe(self, *args, **kwargs) -> None:
         self.inner.observe(*args, **kwargs)
