@@ -54,24 +54,6 @@ def conditional_acceptance(per_position: list[float]) -> list[float]:
     return alpha
 
 
-def within_limits(alpha: list[float], limits: list[int] | None, k_max: int) -> list[float]:
-    """The conditional acceptance per position of a batch whose rows can draft at most
-    `limits` tokens each (a prompt lookup's matches; None: no limit): `expected_tokens` of
-    the result is the rows' mean. A row gets draft token i with probability
-    [limit > i] * alpha_0 ... alpha_i; over the rows that is share_i * alpha_0 ... alpha_i,
-    share_i the fraction of rows whose limit exceeds i, so alpha'_i = alpha_i * share_i /
-    share_(i-1)."""
-    if not limits:
-        return alpha
-    out, before = [], 1.0
-    for i in range(k_max):
-        a = alpha[min(i, len(alpha) - 1)] if alpha else 0.0
-        share = sum(limit > i for limit in limits) / len(limits)
-        out.append(a * share / before if before > 0 else 0.0)
-        before = share
-    return out
-
-
 def _interpolate(table: dict[int, float], x: int) -> float | None:
     """Piecewise-linear through the measured points, extended by the nearest segment."""
     if not table:
@@ -597,21 +579,13 @@ class AdaptiveWindow:
             raise ValueError("acceptance counts must have 0 <= kept <= reached")
         self._reached, self._kept = reached, kept
 
-    def choose(
-        self,
-        rows: int,
-        catch_up: int = 0,
-        remaining: int | None = None,
-        limits: list[int] | None = None,
-    ) -> int:
+    def choose(self, rows: int, catch_up: int = 0, remaining: int | None = None) -> int:
         """k for the next step of `rows` rows. `catch_up`: draft tokens the drafter must
         feed before it can draft (a lazy draft model's rows not caught up), `remaining`:
         the most tokens a row may still generate; a window that needs a catch-up is only
-        started when `_may_start` says so. `limits`: per row the step is judged by, the
-        most draft tokens it can use (a prompt lookup's match length, the tokens it has
-        left); windows are priced at the acceptance those limits allow (`within_limits`)."""
+        started when `_may_start` says so."""
         resuming, self._plain_probe = self._plain_probe, False
-        k = self._choose(rows, limits)
+        k = self._choose(rows)
         if k and catch_up and remaining is not None and not resuming:
             if self._probing:  # a probe is a look: bounded by its price alone
                 k = k if self._cheap_look(rows, catch_up, remaining) else 0
@@ -683,22 +657,17 @@ class AdaptiveWindow:
             self.costs, rows, always_right, self.k_max, catch_up, remaining, EXPLORE_SHARE
         )
 
-    def _choose(self, rows: int, limits: list[int] | None = None) -> int:
+    def _choose(self, rows: int) -> int:
         self._probing = False
         if self.costs.timed(rows, 1) < 2:  # plain passes at this batch size: the reference
             return 0
         if self._off:  # the guard saw speculation lose: plain decoding for a while
             self._off -= 1
             return 0
-        always_right = within_limits([1.0], limits, self.k_max)
         if self.costs.draft_time(rows) is None or not self._reached:
-            # Nothing drafted yet: the cheapest step that measures the drafter, unless
-            # k = 1 is timed and even a drafter that is always right could not make it
-            # pay within these limits (a 4-row pass where one row has a match).
-            ceiling = predict_speedup(self.costs, rows, always_right, 1)
-            return 0 if ceiling is not None and ceiling <= 1 + self.margin else 1
+            return 1  # nothing drafted yet: the cheapest step that measures the drafter
         reach = min(self.k_max, 2 * self.costs.widest_measured(rows) - 1)
-        k, speedup = self.costs.best_window(rows, within_limits(self.alpha, limits, reach), reach)
+        k, speedup = self.costs.best_window(rows, self.alpha, reach)
         # The margin guards a start against noise; once drafting, a window predicted to
         # pay at all is kept (the guard still checks what it realises). Stopping is not
         # free with a lazy draft: starting again costs a catch-up, and a refused start
@@ -735,7 +704,7 @@ class AdaptiveWindow:
         # question there, and a probe would only cost. A probe that needs a catch-up is
         # priced as a look (`choose`): without that, a lazy draft switched off once never
         # drafted again in the request, its probes refused as starts that do not pay.
-        ceiling = self.costs.best_window(rows, always_right, reach)[1]
+        ceiling = self.costs.best_window(rows, [1.0], reach)[1]
         self._probing = ceiling > 1 + self.margin
         return 1 if self._probing else 0
 
@@ -813,13 +782,7 @@ class FixedWindow:
     def __init__(self, k: int) -> None:
         self.k_max = k
 
-    def choose(
-        self,
-        rows: int,
-        catch_up: int = 0,
-        remaining: int | None = None,
-        limits: list[int] | None = None,
-    ) -> int:
+    def choose(self, rows: int, catch_up: int = 0, remaining: int | None = None) -> int:
         return self.k_max
 
     def observe(self, *args, **kwargs) -> None:

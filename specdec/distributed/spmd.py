@@ -34,14 +34,8 @@ class SharedWindow:
     def k_max(self) -> int:
         return self.inner.k_max
 
-    def choose(
-        self,
-        rows: int,
-        catch_up: int = 0,
-        remaining: int | None = None,
-        limits: list[int] | None = None,
-    ) -> int:
-        return self.group.broadcast_int(self.inner.choose(rows, catch_up, remaining, limits))
+    def choose(self, rows: int, catch_up: int = 0, remaining: int | None = None) -> int:
+        return self.group.broadcast_int(self.inner.choose(rows, catch_up, remaining))
 
     def observe(self, *args, **kwargs) -> None:
         self.inner.observe(*args, **kwargs)

@@ -28,12 +28,6 @@ has a history of committed tokens whose last token is not yet in any KV cache.
 - `use_prefix_cache(store: PrefixCache)`: a drafter with its own KV cache may reuse
   stored keys and values of sequences it has seen (`specdec.models.prefix_cache`); the
   engine hands it one store that outlives the drafter. `DrafterBase` ignores it.
-- `draft_limit(row, k) -> int`: the most tokens `propose(k)` would give row `row`, where
-  the drafter knows without drafting (a prompt lookup does: its match's length, 0 without
-  one); k where it cannot tell (`DrafterBase`: a model always drafts k). The window prices
-  a step with these limits (a 4-row pass where one row has a match gains that row's
-  tokens only), and where none of the rows a step is judged by has any, the engine takes
-  a plain step without asking it.
 """
 
 from __future__ import annotations
@@ -70,8 +64,6 @@ class Drafter(Protocol):
     def between_steps(self, idle: bool = False) -> bool: ...
 
     def use_prefix_cache(self, store: PrefixCache) -> None: ...
-
-    def draft_limit(self, row: int, k: int) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -111,7 +103,3 @@ class DrafterBase:
 
     def use_prefix_cache(self, store: PrefixCache) -> None:
         """Drafters without a KV cache have nothing to reuse."""
-
-    def draft_limit(self, row: int, k: int) -> int:
-        """A drafter that cannot tell without drafting drafts k tokens for every row."""
-        return k

@@ -51,11 +51,6 @@ class NgramDrafter(DrafterBase):
                 return history[start + n : start + n + k]
         return []
 
-    def draft_limit(self, row: int, k: int) -> int:
-        """How many tokens the row's match offers (0 without one), known before any
-        window is chosen."""
-        return len(self.lookup(row, k))
-
     def _index(self, row: int) -> None:
         """Record the n-grams whose next token arrived since the last call: an n-gram
         starting at s once the history holds token s + n, later starts overwriting."""

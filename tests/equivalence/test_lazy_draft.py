@@ -41,7 +41,7 @@ class ScriptedWindow(FixedWindow):
         super().__init__(max(script))
         self.script, self.step = script, 0
 
-    def choose(self, rows, catch_up=0, remaining=None, limits=None) -> int:
+    def choose(self, rows, catch_up=0, remaining=None) -> int:
         k = self.script[self.step % len(self.script)]
         self.step += 1
         return k

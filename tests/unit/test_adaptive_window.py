@@ -550,7 +550,7 @@ def test_a_refused_start_stands_until_the_next_admission(monkeypatch):
     admission price the start again, and a yes clears the refusal."""
     window = AdaptiveWindow()
     priced, answer = [], [False]
-    monkeypatch.setattr(window, "_choose", lambda rows, limits=None: 1)
+    monkeypatch.setattr(window, "_choose", lambda rows: 1)
     monkeypatch.setattr(window, "_may_start", lambda *args: priced.append(args) or answer[0])
     assert window.choose(1, catch_up=50, remaining=30) == 0
     assert window.choose(1, catch_up=51, remaining=29) == 0
@@ -681,17 +681,3 @@ def test_drafting_retimes_the_plain_step_it_is_priced_against(a):
     plain = run(lambda: FixedWindow(0))
     assert max(run(lambda k=k: FixedWindow(k)) for k in range(1, 5)) < plain
     assert run(AdaptiveWindow) >= 0.985 * plain
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_within_limits_prices_the_rows_mean(seed):
-    """A batch whose rows can draft at most `limits` tokens each emits, per row, the mean
-    of each row's expected tokens at its own limit: the effective acceptance gives it."""
-    rng = random.Random(seed)
-    alpha = [rng.random() for _ in range(rng.randint(1, 8))]
-    limits = [rng.randint(0, 8) for _ in range(rng.randint(1, 6))]
-    for k in range(9):
-        mean = sum(expected_tokens(alpha, min(k, limit)) for limit in limits) / len(limits)
-        got = expected_tokens(cost_model.within_limits(alpha, limits, 8), k)
-        assert got == pytest.approx(mean)
-    assert cost_model.within_limits(alpha, None, 8) == alpha

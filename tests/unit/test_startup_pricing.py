@@ -189,7 +189,7 @@ def test_the_draft_model_times_its_first_draft_token(tokenizer):
     seen = []
 
     class Recording(AdaptiveWindow):
-        def choose(self, rows, catch_up=0, remaining=None, limits=None):
+        def choose(self, rows, catch_up=0, remaining=None):
             return 3
 
         def observe(self, rows, k, verify_s, draft_s, *counts, draft_first_s=None, **_):
