@@ -498,7 +498,7 @@ class Engine:
         verify_s = now - t1 - (captures[2] - captures[1])
         first_s = getattr(drafter, "last_first_s", None) if k else None
         judged = self._judged_rows(remaining)
-        counts = _conditional_counts(accepted[judged], draft, torch.clamp(cap, max=k), judged)
+        counts = _conditional_counts(accepted, draft, torch.clamp(cap, max=k), judged)
         width = 1 + (draft.k if isinstance(draft, Draft) else k)
         self.window.observe(
             B,
@@ -654,7 +654,7 @@ def _conditional_counts(
     accepted: torch.Tensor,
     draft: Draft | TreeDraft,
     asked: torch.Tensor,
-    rows: torch.Tensor | None = None,
+    rows: torch.Tensor,
 ) -> tuple[list[int], list[int]]:
     """Per draft position i: rows that tested it and rows that kept it; their ratio is
     the conditional acceptance the window plans with.
@@ -667,12 +667,12 @@ def _conditional_counts(
     n-gram runs drafted 42% of the rows and ran at 0.89x plain, priced as if all did).
     For a tree, position i is depth i and a row's length is its deepest path.
 
-    `rows` [B] bool selects the rows counted (`accepted` holds theirs alone)."""
+    `rows` [B] bool: the rows counted (`Engine._judged_rows`)."""
     if isinstance(draft, Draft):
         k, limit = int(asked.max()) if asked.numel() else 0, asked
     else:
         k, limit = max(draft.lengths.tolist(), default=0), draft.lengths
-    limit = limit if rows is None else limit[rows]
+    accepted, limit = accepted[rows], limit[rows]
     positions = torch.arange(k)[None, :]
     reached = (accepted[:, None] >= positions) & (positions < limit[:, None])
     kept = accepted[:, None] > positions
