@@ -81,12 +81,36 @@ def test_turns_speculation_off_when_verify_is_compute_bound():
     assert rate > 0.95
 
 
-def test_a_falling_curve_extrapolated_to_zero_predicts_nothing():
-    # Noisy wall times: v(2) below v(1), whose extension reaches zero by k = 4. With a free
-    # drafter (n-gram) such a window would cost nothing: no prediction, not a division by 0.
+def test_a_falling_curve_is_read_as_its_rising_envelope():
+    # Noisy wall times: v(2) below v(1). A pass never costs less for more tokens, so each
+    # width is priced at most at any wider one's time: no window is cheaper than a
+    # narrower one, and the curve's extension never falls to zero (with a free drafter
+    # such a window would cost nothing).
     costs = CostModel.measured(1, {0: 0.010, 1: 0.012, 2: 0.006}, 0.0)
-    assert costs.predict(1, [1.0], 4) is None
-    assert costs.best_window(1, [1.0], 8)[0] in (1, 2)
+    assert [costs.verify_time(1, t) for t in (1, 2, 3, 9)] == [0.006] * 4
+    assert costs.predict(1, [1.0], 4) == pytest.approx(5 / 0.006)
+    rising = CostModel.measured(1, {0: 0.010, 1: 0.012, 2: 0.015}, 0.0)
+    assert [rising.verify_time(1, t) for t in (1, 2, 3)] == [0.010, 0.012, 0.015]
+
+
+def test_a_curve_timed_at_zero_predicts_nothing():
+    # A pass timed at 0 s (a coarse clock): no prediction, not a division by zero.
+    costs = CostModel.measured(1, {0: 0.010, 1: 0.0}, 0.0)
+    assert costs.predict(1, [1.0], 1) is None
+    assert costs.best_window(1, [1.0], 8) == (0, 1.0)
+
+
+def test_a_stale_plain_step_is_priced_at_most_at_a_wider_pass():
+    """The int4 1.5B's engine on the 2-core EPYC timed its plain step at 48 and 35 ms in
+    its first steps, then its 2-token passes at 25-28 ms for a whole chat request: the plain
+    step, which nothing re-times while drafting but a probe, is priced at the wider pass."""
+    costs = CostModel()
+    for seconds in (0.048, 0.035):
+        costs.observe_verify(1, 1, seconds)
+    for _ in range(20):
+        costs.observe_verify(1, 2, 0.027)
+    assert costs.verify_time(1, 1) == pytest.approx(costs.verify_time(1, 2))
+    assert costs.verify_time(1, 1) <= 0.0275
 
 
 # ---- Short generations, every step counted --------------------------------------------
@@ -651,6 +675,39 @@ def test_the_window_prices_at_the_hosts_pace(a, slow, monkeypatch):
     assert on_a_drifting_host(AdaptiveWindow, a, slow) >= 0.95 * best
     monkeypatch.setattr(cost_model, "PACE_WEIGHT", 0.0)  # each width's own running average
     assert on_a_drifting_host(AdaptiveWindow, a, slow) < 0.94 * best
+
+
+@pytest.mark.parametrize("monotone", [True, False])
+def test_a_plain_step_timed_slow_at_the_start_does_not_keep_a_losing_window(monotone, monkeypatch):
+    """The int4 pair on chat (2-core EPYC): `auto` timed its first plain steps at 48 and
+    35 ms, then drafted at k = 1 with 2-token passes of 25-28 ms, priced against the 35
+    ms it never re-timed but in a probe once in 48 steps. Here the first two plain steps
+    cost 1.4, every later one 1.0, a pass of T tokens 1 + 0.05 (T - 1), a draft token
+    0.35, acceptance 0.3: no window pays (k = 1 runs 0.92x plain). Priced at most at the
+    wider pass (`_rising`), `auto` runs 0.994x plain; priced against the stale step, and
+    judged by a guard using it, it kept drafting until its probes re-timed the plain
+    step (0.965x)."""
+    if not monotone:  # the curve as timed: the check that this test can fail
+        monkeypatch.setattr(cost_model, "_rising", lambda table: table)
+
+    def run(window):
+        total_s, tokens = 0.0, 0
+        for seed in range(6):
+            rng, w, done, plain_steps = random.Random(seed), window(), [0], 0
+            while done[0] < 512:
+                k = w.choose(1)
+                reached, kept = one_step(rng, 0.3, k, done, 512)
+                plain_steps += k == 0
+                verify_s = (1.4 if plain_steps <= 2 else 1.0) if k == 0 else 1 + 0.05 * k
+                w.observe(1, k, verify_s, 0.35 * k, reached, kept)
+                total_s += verify_s + 0.35 * k
+            tokens += 512
+        return tokens / total_s
+
+    plain = run(lambda: FixedWindow(0))
+    assert max(run(lambda k=k: FixedWindow(k)) for k in range(1, 5)) < 0.95 * plain
+    ratio = run(AdaptiveWindow) / plain
+    assert ratio >= 0.985 if monotone else ratio < 0.97, ratio
 
 
 @pytest.mark.parametrize("a", [0.6, 0.7])
