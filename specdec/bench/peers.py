@@ -76,16 +76,18 @@ def llamacpp_model(gguf: Path, context: int):
 
 
 def llamacpp_generate(
-    llm, prompts: Sequence[Sequence[int]], max_tokens: int, temperature: float
+    llm, prompts: Sequence[Sequence[int]], max_tokens: int, temperature: float, first: int = 0
 ) -> list[list[int]]:
     """Each prompt's new token ids from a `llamacpp_model`, one prompt at a time (its
-    high-level API decodes a single sequence). Its state is reset first, so a run starts
-    cold as ours does (a fresh engine, empty prefix stores); within the run it reuses the
-    previous prompt's prefix, as our prefix cache does."""
-    llm.reset()
+    high-level API decodes a single sequence), prompt i seeded with `first` + i. A run's
+    first prompt (`first` = 0) resets its state, so a run starts cold as ours does (a
+    fresh engine, empty prefix stores); within the run it reuses the previous prompt's
+    prefix, as our prefix cache does."""
+    if first == 0:
+        llm.reset()
     rows = []
     for i, prompt in enumerate(prompts):
-        llm.set_seed(i)
+        llm.set_seed(first + i)
         tokens = []
         # Untruncated sampling at temperature 1 (its defaults are top-k 40, top-p 0.95).
         stream = llm.generate(list(prompt), temp=temperature, top_k=0, top_p=1.0, reset=True)

@@ -8,13 +8,14 @@ the costs and acceptance the point's previous run ended with, passed through the
 cache's JSON (`CostModel.to_json`, `AdaptiveWindow.acceptance_state`); an unmeasured full
 run first, so the first timed run starts warm too.
 
-Timing is wall clock around one `generate` call over all the point's prompts (batches of
-`batch` at a time): tokens/s is generated tokens over that wall time, prefill included,
-as a user waiting for the whole batch sees it. With `repeats` > 1 the point runs that many
-times, in turns with its group's other methods (`measure_group`), and the median run is
-kept (every run's tokens/s is recorded, in run order): on a shared CPU one run can be
-slowed several-fold by a neighbour. TPOT and TTFT are per request, from the
-engine's own `SpecStats` (peers report neither).
+A run is the point's prompts in rounds of `batch`, one `generate` call each on the run's
+engine (a fresh one per run), so a round is a batch of requests decoded together; the
+run's time is the sum of its rounds' wall clocks, and tokens/s is generated tokens over
+it, prefill included, as a user waiting for each batch sees it. With `repeats` > 1 the
+point runs that many times, in turns with its group's other methods (`measure_group`:
+round by round), and the median run is kept (every run's tokens/s is recorded, in run
+order): on a shared CPU one run can be slowed several-fold by a neighbour. TPOT and TTFT
+are per request, from the engine's own `SpecStats` (peers report neither).
 
 Tensor parallelism (`tp` > 1, under torchrun): every rank runs the same points in lockstep,
 since each forward pass is collective. What is recorded from local timing (a point's row,
@@ -26,12 +27,13 @@ whole model in one process and are skipped.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import torch
@@ -55,15 +57,42 @@ class Skip(Exception):
     """A point that cannot be measured here (a peer not installed, a prompt too long)."""
 
 
+# A run in progress: yields after each round (a batch of the point's prompts), then
+# returns (token ids, stats or None, prefill s) of the whole run.
+Rounds = Generator[None, None, tuple]
+
+
 @dataclass
 class Trial:
-    """A point being measured: its prompts, its `run(short)` and the timed runs so far
-    (wall s, CPU s, token ids, stats, prefill s), in the order they ran."""
+    """A point being measured: its prompts, `rounds()` (one run, round by round) and the
+    timed runs so far (wall s, CPU s, token ids, stats, prefill s), in the order they ran."""
 
     point: Point
     prompts: list[list[int]]
-    run: Callable
+    rounds: Callable[[], Rounds]
     runs: list[tuple] = field(default_factory=list)
+
+
+@dataclass
+class _Timing:
+    """One run being timed round by round: its rounds, and their wall and CPU seconds."""
+
+    rounds: Rounds
+    wall: float = 0.0
+    cpu: float = 0.0
+    result: tuple | None = None
+
+    def advance(self) -> bool:
+        """Time the next round; False once the run has returned its result."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            next(self.rounds)
+            done = False
+        except StopIteration as end:
+            self.result, done = end.value, True
+        self.wall += time.perf_counter() - t0
+        self.cpu += time.process_time() - c0
+        return not done
 
 
 def _percentile(xs: list[float], q: float) -> float | None:
@@ -208,15 +237,21 @@ class Runner:
     # ------------------------------------------------------------------ measuring
 
     def measure_group(self, points: list[Point]) -> list[dict | Exception]:
-        """Points that differ only in the method, measured in turns: every method's first
-        run, then every method's second, and so on, each turn starting one method later.
+        """Points that differ only in the method, measured in turns, round by round: the
+        first round (batch of requests) of every method's first run, then every method's
+        second round, and so on, each round starting one method later; then the second
+        runs alike.
 
-        Why: on a shared CPU the speed drifts over minutes, so a method measured after
-        another can read a few percent apart with the same steps (stop 25 measured `auto`,
-        which never drafted, at 0.94x plain that way). Runs taken in turns see the same
-        drift, and `analysis` pairs each method's run with plain's of the same turn.
-        vLLM keeps one process per draft setting, so its points run on their own, back to
-        back. Returns each point's row, or the error that kept it from being measured.
+        Why: on a shared CPU the speed drifts, so a method measured after another can read
+        a few percent apart with the same steps (stop 25 measured `auto`, which never
+        drafted, at 0.94x plain that way). Turns of whole runs were not fine enough: on the
+        2-core EPYC the int4 1.5B's plain step read 23 ms in one run and 31 ms in the
+        next, with runs of 8 s, so one method's run and plain's in the same turn still
+        saw different minutes (per-turn ratios of one method 0.79-1.30). Rounds taken in
+        turns are a second or two apart. `analysis` pairs each method's run with plain's
+        of the same turn. vLLM keeps one process per draft setting, so its points run on
+        their own, back to back. Returns each point's row, or the error that kept it from
+        being measured.
         """
         results: dict[Point, dict | Exception] = {}
         trials = []
@@ -232,13 +267,20 @@ class Runner:
                 results[point] = self._back_to_back(trial)
         turns = time.strftime("%Y-%m-%dT%H:%M:%S") if len(trials) > 1 else None
         for i in range(self.repeats):
-            shift = i % max(1, len(trials))
-            for trial in trials[shift:] + trials[:shift]:
-                if trial.point not in results:
+            runs = {trial.point: _Timing(trial.rounds()) for trial in trials}
+            going = [trial for trial in trials if trial.point not in results]
+            for r in itertools.count(i):
+                if not going:
+                    break
+                shift = r % len(going)
+                for trial in going[shift:] + going[:shift]:
                     try:
-                        self.run_once(trial)
+                        if not runs[trial.point].advance():
+                            self._record(trial, runs[trial.point])
+                            going.remove(trial)
                     except SpecdecError as err:
                         results[trial.point] = err
+                        going.remove(trial)
         for trial in trials:
             if trial.point not in results:
                 results[trial.point] = self.finish(trial, turns)
@@ -254,7 +296,7 @@ class Runner:
         return self.finish(trial)
 
     def start(self, point: Point) -> Trial:
-        """The point's prompts and run, warmed up (raises `Skip` where it cannot run)."""
+        """The point's prompts and rounds, warmed up (raises `Skip` where it cannot run)."""
         if self.tp > 1 and is_peer(point.method):
             raise Skip(
                 f"{point.method} runs the whole model in one process: not under tensor "
@@ -268,27 +310,33 @@ class Runner:
         prompts = self.prompts(point)
         params = self.llm.spmd_params(self.params(point, len(prompts)), len(prompts))
         if point.method in ("hf-generate", "hf-assisted"):
-            run = self._hf_runner(point, prompts)
+            warm, rounds = self._hf_runner(point, prompts)
         elif point.method == "llamacpp":
-            run = self._llamacpp_runner(point, prompts)
+            warm, rounds = self._llamacpp_runner(point, prompts)
         elif vllm_draft_k(point.method) is not None:
-            run = self._vllm_runner(point, prompts)
+            warm, rounds = self._vllm_runner(point, prompts)
         else:
-            run = self._engine_runner(point, prompts, params)
+            warm, rounds = self._engine_runner(point, prompts, params)
         warm_key = (point.method, point.batch)
         if point.warm_start:  # a full run leaves the state the first timed run starts from
-            run(short=False)
+            for _ in rounds():
+                pass
         elif warm_key not in self._warm:  # first calls of a shape are slower: one short run
-            run(short=True)
+            warm()
             self._warm.add(warm_key)
-        return Trial(point, prompts, run)
+        return Trial(point, prompts, rounds)
 
     def run_once(self, trial: Trial) -> None:
-        """One timed run of the trial's point."""
-        t0, c0 = time.perf_counter(), time.process_time()
-        token_ids, stats, prefill_s = trial.run(short=False)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        trial.runs.append((wall, cpu, token_ids, stats, prefill_s))
+        """One timed run of the trial's point, its rounds back to back."""
+        timing = _Timing(trial.rounds())
+        while timing.advance():
+            pass
+        self._record(trial, timing)
+
+    @staticmethod
+    def _record(trial: Trial, timing: _Timing) -> None:
+        token_ids, stats, prefill_s = timing.result
+        trial.runs.append((timing.wall, timing.cpu, token_ids, stats, prefill_s))
 
     def finish(self, trial: Trial, turns: str | None = None) -> dict:
         """The row of the median run (by wall time); every run's tokens/s in run order,
@@ -381,19 +429,24 @@ class Runner:
             return factory, build_window(len(tree), len(tree)), factory(1, 1).max_nodes
         return factory, build_window(k, min(self.k_max, n)), 0
 
-    def _engine_runner(self, point: Point, prompts, params) -> Callable:
+    def _engine_runner(self, point: Point, prompts, params) -> tuple[Callable, Callable]:
+        """(warm-up, rounds) of one of our methods: a fresh engine per run, so `auto`
+        learns from scratch at every point, each round a `generate` over `batch` prompts."""
         limit = self.llm.model.config.max_position_embeddings
         if max(len(p) for p in prompts) + self.max_tokens + self.k_max + 2 > limit:
             raise Skip(f"prompt + {self.max_tokens} tokens exceed the context of {limit}")
+        b = point.batch
 
-        def run(short: bool):
-            engine = self._engine(point)  # fresh: auto learns from scratch at every point
-            if short:
-                # Kernels warm up on short prompts: no need to pay a long prefill twice.
-                warm = [SamplingParams(temperature=point.temperature, max_tokens=4, seed=0)]
-                engine.generate([p[:64] for p in prompts[: point.batch]], warm * point.batch)
-                return None
-            outs = engine.generate(prompts, params)
+        def warm() -> None:  # kernels warm up on short prompts: a long prefill is paid once
+            sampling = [SamplingParams(temperature=point.temperature, max_tokens=4, seed=0)]
+            self._engine(point).generate([p[:64] for p in prompts[:b]], sampling * b)
+
+        def rounds() -> Rounds:
+            engine = self._engine(point)
+            outs = []
+            for i in range(0, len(prompts), b):
+                outs += engine.generate(prompts[i : i + b], params[i : i + b])
+                yield
             if point.warm_start:  # what a process saves at exit (`LLM.save_costs`)
                 window = engine.window
                 self._carried[point.key] = {
@@ -402,7 +455,7 @@ class Runner:
                 }
             return [o.token_ids for o in outs], [o.stats for o in outs], engine.prefill_s
 
-        return run
+        return warm, rounds
 
     def _hf_model(self, name: str):
         if name not in self._hf:
@@ -418,7 +471,7 @@ class Runner:
             self._hf[name] = model.to(self.device).eval()
         return self._hf[name]
 
-    def _hf_runner(self, point: Point, prompts) -> Callable:
+    def _hf_runner(self, point: Point, prompts) -> tuple[Callable, Callable]:
         target = self._hf_model(self.model_name)
         assistant = None
         if point.method == "hf-assisted":
@@ -426,20 +479,22 @@ class Runner:
                 raise Skip("no draft model given (--draft)")
             assistant = self._hf_model(self.draft_name)
         eos = None if self.ignore_eos else sorted(self.llm.eos_ids)
+        batches = [prompts[i : i + point.batch] for i in range(0, len(prompts), point.batch)]
 
-        def run(short: bool):
-            batches = [prompts[i : i + point.batch] for i in range(0, len(prompts), point.batch)]
-            n = 4 if short else self.max_tokens
+        def generate(i: int, n: int) -> list[list[int]]:
+            temperature = point.temperature
+            return peers.hf_generate(target, batches[i], n, eos, temperature, assistant, seed=i)
+
+        def rounds() -> Rounds:
             out = []
-            for i, batch in enumerate(batches[:1] if short else batches):
-                out += peers.hf_generate(
-                    target, batch, n, eos, point.temperature, assistant, seed=i
-                )
-            return None if short else (out, None, 0.0)
+            for i in range(len(batches)):
+                out += generate(i, self.max_tokens)
+                yield
+            return out, None, 0.0
 
-        return run
+        return lambda: generate(0, 4), rounds
 
-    def _llamacpp_runner(self, point: Point, prompts) -> Callable:
+    def _llamacpp_runner(self, point: Point, prompts) -> tuple[Callable, Callable]:
         if not peers.llamacpp_available():
             raise Skip("llama-cpp-python is not installed (pip install llama-cpp-python)")
         from specdec.models.registry import REGISTRY, cache_root
@@ -453,16 +508,17 @@ class Runner:
             self._llamacpp = (context, peers.llamacpp_model(gguf, context))
         model = self._llamacpp[1]
 
-        def run(short: bool):
-            n = 4 if short else self.max_tokens
-            out = peers.llamacpp_generate(
-                model, prompts[:1] if short else prompts, n, point.temperature
-            )
-            return None if short else (out, None, 0.0)
+        def rounds() -> Rounds:  # one prompt at a time, as its high-level API decodes
+            out = []
+            for i, prompt in enumerate(prompts):
+                n, temperature = self.max_tokens, point.temperature
+                out += peers.llamacpp_generate(model, [prompt], n, temperature, first=i)
+                yield
+            return out, None, 0.0
 
-        return run
+        return lambda: peers.llamacpp_generate(model, prompts[:1], 4, point.temperature), rounds
 
-    def _vllm_runner(self, point: Point, prompts) -> Callable:
+    def _vllm_runner(self, point: Point, prompts) -> tuple[Callable, Callable]:
         """vLLM in its own environment (`vllm_peer`): plain, or `vllm-draft-kN` with its
         draft-model speculation of N tokens on the same draft model as ours."""
         if self.vllm_python is None:
@@ -495,13 +551,15 @@ class Runner:
         peer = self._vllm[1]
         stops = sorted(self.llm.eos_ids)
 
-        def run(short: bool):
-            n = 4 if short else self.max_tokens
-            chosen = prompts[:1] if short else prompts
-            out = peer.generate(chosen, n, point.temperature, stops, self.ignore_eos, point.batch)
-            return None if short else (out, None, 0.0)
+        def generate(chosen: list, n: int) -> list[list[int]]:
+            return peer.generate(chosen, n, point.temperature, stops, self.ignore_eos, point.batch)
 
-        return run
+        def rounds() -> Rounds:  # one round: vLLM batches the requests itself
+            out = generate(prompts, self.max_tokens)
+            yield
+            return out, None, 0.0
+
+        return lambda: generate(prompts[:1], 4), rounds
 
     def close(self) -> None:
         """Stop a peer process this runner started."""

@@ -169,40 +169,69 @@ def test_paired_speedup_pairs_runs_of_the_same_turns_and_the_floor_check_uses_it
         assert rows[1]["paired_speedup"] is None and "**no**" in checks(rows)[0]
 
 
-def test_methods_of_a_group_take_turns(monkeypatch):
-    """Every method's first run, then every second run, each turn starting one method
-    later; a point that cannot start is returned as its error, the others' rows share
-    their turns and keep every run in order."""
+def _turn_runner(monkeypatch, rounds_per_run: int, order: list):
+    """A Runner whose points run `rounds_per_run` rounds, logging (method, round) as they
+    run; llama.cpp cannot start."""
     from types import SimpleNamespace
 
     from specdec.bench import runner as bench_runner
 
     runner = object.__new__(bench_runner.Runner)
     runner.repeats, runner.tp, runner.llm = 3, 1, SimpleNamespace(tp=None)
-    order = []
 
     def start(self, point):
         if point.method == "llamacpp":
             raise bench_runner.Skip("not installed")
 
-        def run(short):
-            order.append(point.method)
-            return [[1, 2, 3]], None, 0.0
+        def rounds():
+            for r in range(rounds_per_run):
+                order.append((point.method, r))
+                yield
+            return [[1, 2, 3]] * rounds_per_run, None, 0.0
 
-        return bench_runner.Trial(point, [[5, 6]], run)
+        return bench_runner.Trial(point, [[5, 6]] * rounds_per_run, rounds)
 
     monkeypatch.setattr(bench_runner.Runner, "start", start)
+    return runner
+
+
+def test_methods_of_a_group_take_turns(monkeypatch):
+    """Every method's first run, then every second run, each turn starting one method
+    later; a point that cannot start is returned as its error, the others' rows share
+    their turns and keep every run in order."""
+    from specdec.bench import runner as bench_runner
+
+    order = []
+    runner = _turn_runner(monkeypatch, 1, order)
     methods = ("plain", "draft-auto", "llamacpp", "draft-k2")
     results = runner.measure_group([Point("code", None, 1, 0.0, m) for m in methods])
-    assert order == ["plain", "draft-auto", "draft-k2"] + ["draft-auto", "draft-k2", "plain"] + [
+    assert [m for m, _ in order] == ["plain", "draft-auto", "draft-k2"] + [
+        "draft-auto",
         "draft-k2",
         "plain",
-        "draft-auto",
-    ]
+    ] + ["draft-k2", "plain", "draft-auto"]
     assert isinstance(results[2], bench_runner.Skip)
     rows = [results[0], results[1], results[3]]
     assert len({r["turns"] for r in rows}) == 1 and rows[0]["turns"] is not None
     assert all(len(r["runs_tokens_per_s"]) == 3 for r in rows)
+
+
+def test_runs_in_turns_alternate_round_by_round(monkeypatch):
+    """A run of several rounds (batches of requests) takes its turns round by round, each
+    round starting one method later: drift over a run's seconds hits every method's
+    rounds alike, where whole runs in turn saw different minutes."""
+    order = []
+    runner = _turn_runner(monkeypatch, 2, order)
+    methods = ("plain", "draft-auto", "draft-k2")
+    results = runner.measure_group([Point("code", None, 1, 0.0, m) for m in methods])
+    first_run = order[:6]
+    assert first_run == [
+        ("plain", 0), ("draft-auto", 0), ("draft-k2", 0),
+        ("draft-auto", 1), ("draft-k2", 1), ("plain", 1),
+    ]  # fmt: skip
+    assert order[6] == ("draft-auto", 0)  # the second run starts one method later
+    assert len(order) == 3 * 2 * 3
+    assert all(r["generated_tokens"] == 6 and len(r["runs_tokens_per_s"]) == 3 for r in results)
 
 
 # ----------------------------------------------------------------------------- plan
