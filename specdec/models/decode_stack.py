@@ -10,21 +10,29 @@ scores each token exactly as a one-token step does.
 
 When it runs: the model is on the CPU, every projection of every layer is a
 `quant.Int4Linear` (or every one a bf16 `linear.Linear` in a bf16 model), the native build
-is available, and the step is small enough that the layers' measured plan runs it through
-the native kernel (`q4_native` or `native_bf16`; without a plan, int4 steps of up to
-`PACKED_MAX_ROWS` rows). Prefills and everything else take the eager layers.
-`SPECDEC_FUSED=0` turns it off (for comparisons).
+is available, and for the step's bucket of rows the stack was timed faster than the eager
+layers on this machine (`tune_stack`: whole passes, both ways). Without that timing, where
+the layers' own plan runs the step through the native kernel (`q4_native` or
+`native_bf16`; without a plan, int4 steps of up to `PACKED_MAX_ROWS` rows). Prefills and
+everything else take the eager layers. `SPECDEC_FUSED=0` turns it off (for comparisons).
+
+Why whole passes: each projection's plan is the kernel fastest for that projection alone,
+which leaves out the ~40 ops per layer the stack saves. On the 2-core EPYC the oneDNN
+kernel led the bf16 gate/up projections of SmolLM2 and the Qwen 1.5B, so their steps ran
+eagerly: 27 ms a SmolLM2 step where the stack takes 16, 124-132 ms a 1.5B step where it
+takes 111. At 8 rows the 1.5B's eager layers win (149 ms against 180-190).
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
-from specdec.models import native
+from specdec.models import kernel_tuning, native
 from specdec.models.kv_cache import KVCache
-from specdec.models.linear import Linear, bucket_of
+from specdec.models.linear import BUCKETS, Linear, bucket_of
 from specdec.models.quant import PACKED_MAX_ROWS, Int4Linear, _q4_bias
 from specdec.models.transformer import Transformer
 
@@ -37,6 +45,9 @@ class DecodeStack:
         cfg = model.config
         self._probe = model.layers[0].mlp.gate_up_proj  # whose plan decides (all layers agree)
         self._kernel = "q4_native" if type(self._probe) is Int4Linear else "native_bf16"
+        # bucket -> whether the stack was timed faster than the eager layers (`tune_stack`)
+        self.measured: dict[int, bool] = {}
+        self.forced: bool | None = None  # while `tune_stack` times one way
         self._stack = native_stack(
             [_layer_tensors(layer) for layer in model.layers],
             cfg.num_heads,
@@ -55,6 +66,11 @@ class DecodeStack:
 
     def takes(self, rows: int) -> bool:
         """Whether a step of `rows` new tokens in all should run here."""
+        if self.forced is not None:
+            return self.forced
+        bucket = bucket_of(rows)
+        if bucket in self.measured:
+            return self.measured[bucket]
         plan = self._probe.plan
         if not plan:  # untuned: int4 steps the int4 kernel serves well; bf16 ones stay eager
             return self._kernel == "q4_native" and rows <= PACKED_MAX_ROWS
@@ -117,3 +133,82 @@ def _layer_tensors(layer) -> list[torch.Tensor]:
             bias = torch.empty(0) if p.bias is None else p.bias.detach().float()
             tensors += [p.weight.detach(), *[torch.empty(0)] * 4, bias, torch.empty(0)]
     return tensors
+
+
+# Buckets the stack competes for: a decode step, a verify pass, a few rows of either.
+# Longer passes (prefills) are the eager layers' (their products are compute-bound).
+STACK_BUCKETS = tuple(b for b in BUCKETS if b <= 32)
+CONTEXT = 64  # committed positions before the timed passes (a short prompt)
+REPEATS = 3
+
+
+def stack_key(model: Transformer) -> str:
+    """What decides whether the stack beats the eager layers: the layer count, the
+    attention's shape and the projections' groups (their kind, shape, dtype, bias)."""
+    cfg = model.config
+    groups = ", ".join(kernel_tuning.group_key(p) for p in _projections(model.layers[0]))
+    probe = model.layers[0].mlp.gate_up_proj
+    tiles = " tiles" if getattr(probe, "tiles", torch.empty(0)).numel() else ""
+    return (
+        f"{cfg.num_layers} layers, {cfg.num_heads}/{cfg.num_kv_heads} heads x "
+        f"{cfg.head_dim}: {groups}{tiles}"
+    )
+
+
+def tune_stack(model: Transformer, *, cache=None, retune: bool = False) -> dict | None:
+    """Time `model`'s passes through its stack and through its eager layers (after
+    `tune_kernels`, with the projections' plans), per bucket of rows, and let the stack
+    take the buckets where it was faster. Stored beside the kernel plans, keyed by the
+    machine and `stack_key`, so a process on the same machine reads the choice. Returns
+    the entry (None where the model has no stack)."""
+    stack = model.decode_stack
+    if stack is None:
+        return None
+    cache = cache or kernel_tuning.kernel_cache()
+    key = stack_key(model)
+    stored = {} if retune else kernel_tuning.stored_entries("stacks", cache=cache)
+    entry = stored.get(key)
+    if entry is None or set(entry["plan"]) != {str(b) for b in STACK_BUCKETS}:
+        entry = _measure(model, stack)
+        stored[key] = entry
+        kernel_tuning.store(cache, "stacks", stored)
+    stack.measured = {int(b): way == "stack" for b, way in entry["plan"].items()}
+    return entry
+
+
+def _measure(model: Transformer, stack: DecodeStack) -> dict:
+    """{"plan": {bucket: "stack" | "eager"}, "seconds": {rows: {way: s}}}: each bucket
+    timed at its fewest and its most rows (as the kernel plans are), the two ways taking
+    turns so a neighbour's busy spell slows both alike; the fastest of `REPEATS`."""
+    ends = {b: sorted({kernel_tuning.lowest_rows(b), b}) for b in STACK_BUCKETS}
+    widths = sorted({r for rs in ends.values() for r in rs})
+    cache = model.new_cache(1, CONTEXT + max(widths) + 1)
+    cache.advance(torch.full((1,), CONTEXT, dtype=torch.long), slice(0, 1))
+    start = cache.lengths[:1].clone()
+    tokens = torch.randint(0, min(1000, model.config.vocab_size), (1, max(widths)))
+    seconds: dict[int, dict[str, list[float]]] = {t: {"stack": [], "eager": []} for t in widths}
+    try:
+        with torch.inference_mode():
+            for repeat in range(1 + REPEATS):  # the first round warms up
+                for t in widths:
+                    for way in ("stack", "eager"):
+                        stack.forced = way == "stack"
+                        t0 = time.perf_counter()
+                        model(tokens[:, :t].to(model.device), cache)
+                        if repeat:
+                            seconds[t][way].append(time.perf_counter() - t0)
+                        cache.truncate(start)
+    finally:
+        stack.forced = None
+    best = {t: {way: min(s) for way, s in ways.items()} for t, ways in seconds.items()}
+
+    def total(bucket: int, way: str) -> float:
+        return sum(best[t][way] for t in ends[bucket])
+
+    return {
+        "plan": {
+            str(b): "stack" if total(b, "stack") < total(b, "eager") else "eager"
+            for b in STACK_BUCKETS
+        },
+        "seconds": {str(t): {w: round(s, 6) for w, s in ways.items()} for t, ways in best.items()},
+    }

@@ -198,7 +198,7 @@ def tune_kernels(model: nn.Module, *, cache: Path | None = None, retune: bool = 
     """Give every CPU `Linear` of `model` the plan measured fastest here (from the cache
     when this machine has timed that group before). Returns {group: entry}."""
     cache = cache or kernel_cache()
-    stored = {} if retune else _load(cache).get("groups", {})
+    stored = {} if retune else stored_entries("groups", cache=cache)
     chosen, changed = {}, False
     for key, layers in _groups(model).items():
         entry = stored.get(key)
@@ -216,11 +216,23 @@ def tune_kernels(model: nn.Module, *, cache: Path | None = None, retune: bool = 
             layer.use({int(b): name for b, name in entry["plan"].items()})
         chosen[key] = entry
     if changed:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")  # ranks of one machine may race
-        tmp.write_text(json.dumps({"machine": machine(), "groups": stored}, indent=1))
-        tmp.replace(cache)
+        store(cache, "groups", stored)
     return chosen
+
+
+def stored_entries(name: str, *, cache: Path | None = None) -> dict:
+    """The `name` section ("groups", "stacks") of this machine's kernel cache."""
+    return _load(cache or kernel_cache()).get(name, {})
+
+
+def store(cache: Path, name: str, entries: dict) -> None:
+    """Write the `name` section of the kernel cache, keeping the others."""
+    data = _load(cache) or {"machine": machine()}
+    data[name] = entries
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")  # ranks of one machine may race
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(cache)
 
 
 def projection_seconds(model: object, *, cache: Path | None = None) -> dict[int, float]:

@@ -197,3 +197,48 @@ def test_stack_only_for_all_int4_or_bf16_cpu_models():
     assert quantize(native_from_hf(hf_tiny("qwen2")), "int8").decode_stack is None
     odd = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=96)), "int4")  # K % 64 != 0
     assert odd.decode_stack is None
+
+
+def test_whole_passes_decide_where_the_stack_runs(tmp_path, monkeypatch):
+    """`tune_stack` times whole passes both ways per bucket and the stack takes the
+    buckets it won, over what the projections' plans say; the choice is stored per
+    machine and model shape, and read back without timing again."""
+    from specdec.models import decode_stack as ds
+
+    model = _bf16()
+    stack = model.decode_stack
+    cache = tmp_path / "kernels.json"
+    ran = []
+    real_run = stack.run
+    monkeypatch.setattr(stack, "run", lambda *a: ran.append(a[0].shape) or real_run(*a))
+    entry = ds.tune_stack(model, cache=cache)
+    assert set(entry["plan"]) == {str(b) for b in ds.STACK_BUCKETS}
+    seconds = entry["seconds"]
+    for bucket, way in entry["plan"].items():  # the plan is the faster way at both ends
+        ends = {str(r) for r in (ds.kernel_tuning.lowest_rows(int(bucket)), int(bucket))}
+        total = {w: sum(seconds[r][w] for r in ends) for w in ("stack", "eager")}
+        assert way == min(total, key=total.get)
+    assert ran, "the stack was timed"
+    assert stack.forced is None
+
+    # A plan the layers' kernels would not give: stack at 1-2 rows, eager at 3-4.
+    plan = {str(b): "stack" if b <= 2 else "eager" for b in ds.STACK_BUCKETS}
+    stored = ds.kernel_tuning.stored_entries("stacks", cache=cache)
+    stored[ds.stack_key(model)]["plan"] = plan
+    ds.kernel_tuning.store(cache, "stacks", stored)
+    monkeypatch.setattr(ds, "_measure", lambda *a: pytest.fail("timed again"))
+    ds.tune_stack(model, cache=cache)
+    assert stack.takes(1) and stack.takes(2) and not stack.takes(3) and not stack.takes(16)
+    assert not stack.takes(17)
+    probe = model.layers[0].mlp.gate_up_proj  # past the timed buckets: the layers' plan
+    probe.plan = {**probe.plan, 256: "native_bf16"}
+    assert stack.takes(100)
+    probe.plan = {**probe.plan, 256: "linear"}
+    ran.clear()
+    _run(model, [(torch.tensor([[5], [6]]), torch.tensor([1, 1]))], True)
+    _run(model, [(torch.tensor([[5, 6], [7, 8]]), torch.tensor([2, 2]))], True)
+    assert ran == [(2, 1, 128)]  # 2 rows ran in the stack, 4 in the eager layers
+    # The kernel plans' section survives the stacks' writes, and the reverse.
+    ds.kernel_tuning.store(cache, "groups", {"g": 1})
+    stacks = ds.kernel_tuning.stored_entries("stacks", cache=cache)
+    assert stacks[ds.stack_key(model)]["plan"] == plan
