@@ -552,6 +552,7 @@ class AdaptiveWindow:
         self._probing = False  # `_choose` returned a probe while speculation was off
         self._plain_probe = False  # the last step was a plain probe while drafting
         self._wider_probe = False  # a drafting window's probes alternate: wider, then plain
+        self._unlooked_s = 0.0  # seconds of plain steps before the first look (then 0)
 
     @property
     def alpha(self) -> list[float]:
@@ -612,14 +613,24 @@ class AdaptiveWindow:
         return k
 
     def _cheap_look(self, rows: int, catch_up: int, remaining: int) -> bool:
-        """Whether a catch-up costs at most EXPLORE_SHARE of the plain decoding ahead, per
-        row: the most a look at the drafter (the first start, or a probe once it was
-        switched off) may cost."""
+        """Whether a catch-up costs at most EXPLORE_SHARE of the plain decoding ahead and
+        of the plain decoding since the last look, per row: the most a look at the drafter
+        (the first start, or a probe once it was switched off) may cost.
+
+        The decoding since the last look counts because a look refused is refused again
+        at every request alike: SmolLM2 drafting for itself (quick preset, 32-token
+        requests) priced each 19-22-token catch-up at 44-47 ms against 43-44 ms, 10% of
+        one request's plain steps, so `auto` never drafted in four requests where k = 4
+        ran 1.5x plain. Counting the plain steps already spent, a look is taken by the
+        second such request, and what it costs stays a tenth of the decoding. Only until
+        the drafter has been measured: a probe after a look that found it poor is bounded
+        by the decoding ahead alone (drawing on the steps decoded since, probes paid a
+        catch-up at every request, 0.93x plain over four requests at acceptance 0.5-0.67)."""
         cost = self.costs.catch_up_time(catch_up)
         plain = self.costs.verify_time(rows, 1)
         if cost is None or plain is None:
             return False
-        return cost <= EXPLORE_SHARE * remaining * plain / rows
+        return cost <= EXPLORE_SHARE * (remaining * plain + self._unlooked_s) / rows
 
     def _start_allowed(self, rows: int, catch_up: int, remaining: int) -> bool:
         """`_may_start`, except that a refusal stands until the next admission or a change
@@ -756,6 +767,14 @@ class AdaptiveWindow:
         if k > 0:
             per_row = sum(accepted_at) / (rows if judged is None else max(judged, 1))
             self._guard(rows, verify_s + draft_s, 1 + per_row)
+            self._unlooked_s = 0.0
+        elif not self._reached:
+            self.observe_plain_spent(verify_s)
+
+    def observe_plain_spent(self, seconds: float) -> None:
+        """A plain step before the drafter was ever measured: the first look may draw on
+        it (`_cheap_look`)."""
+        self._unlooked_s += seconds
 
     def observe_prefill(self, rows: int, tokens_per_row: int, tokens: int, seconds: float) -> None:
         """The target's prefill of admitted rows (see `CostModel.observe_prefill`)."""

@@ -449,6 +449,43 @@ def test_a_first_look_at_a_modest_drafter_pays_over_a_run_of_requests(a):
     )
 
 
+# SmolLM2 drafting for itself in the quick preset: 32-token requests after ~20-token
+# prompts, a draft step 0.3 of a plain one, a catch-up priced from the target's prefill a
+# little over a tenth of one request's plain steps (the draft's plans put its 17-32-row
+# passes at 0.76 of the target's), where it costs 0.3.
+SHORT_REQUESTS = dict(
+    c=0.3, verify=lambda t, ctx: 1 + 0.05 * (t - 1), prompt=20, prefill=0.25, ratio=0.3, tokens=32
+)
+
+
+def _planned_window():
+    window = AdaptiveWindow()
+    window.set_plan_seconds(
+        {1: 1.0, 2: 1.02, 4: 1.06, 8: 1.15, 16: 1.3, 32: 1.6},
+        {1: 0.4, 2: 0.41, 4: 0.43, 8: 0.5, 16: 0.9, 32: 1.5},
+    )
+    return window
+
+
+@pytest.mark.parametrize("a", [0.9, 0.5])
+def test_a_look_refused_at_every_request_is_taken_from_the_plain_steps_spent(a, monkeypatch):
+    """A look priced just over a tenth of each request's plain decoding was refused at
+    every request alike, so `auto` never measured a drafter that ran k = 3 at 1.33x (the
+    quick preset's code points: never drafted, k = 4 at 1.5x). The plain steps decoded
+    before the first look count toward its budget: the second request looks, and a poor
+    drafter costs the run under 1%."""
+    fixed0 = lambda: FixedWindow(0)  # noqa: E731
+    plain = serve_lazy(fixed0, a=a, requests=4, **SHORT_REQUESTS)
+    auto = serve_lazy(_planned_window, a=a, requests=4, **SHORT_REQUESTS)
+    if a > 0.8:
+        assert auto >= 1.15 * plain
+    else:
+        assert auto >= 0.985 * plain
+    # Bounded by the decoding ahead alone (as before), it never looks.
+    monkeypatch.setattr(AdaptiveWindow, "observe_plain_spent", lambda self, s: None)
+    assert serve_lazy(_planned_window, a=a, requests=4, **SHORT_REQUESTS) == pytest.approx(plain)
+
+
 @pytest.mark.parametrize("a", [0.93, 0.5])
 def test_a_process_starts_from_the_last_ones_acceptance(a):
     """A fresh process whose predecessor stored its acceptance (`acceptance_state`) needs
