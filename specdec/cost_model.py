@@ -613,11 +613,12 @@ class AdaptiveWindow:
         return k
 
     def _cheap_look(self, rows: int, catch_up: int, remaining: int) -> bool:
-        """Whether a catch-up costs at most EXPLORE_SHARE of the plain decoding ahead and
-        of the plain decoding since the last look, per row: the most a look at the drafter
-        (the first start, or a probe once it was switched off) may cost.
+        """Whether a catch-up costs at most EXPLORE_SHARE of the plain decoding ahead and,
+        before the drafter was first measured, of the plain steps decoded so far, per row:
+        the most a look at the drafter (the first start, or a probe once it was switched
+        off) may cost.
 
-        The decoding since the last look counts because a look refused is refused again
+        The steps decoded before the first look count because a look refused is refused again
         at every request alike: SmolLM2 drafting for itself (quick preset, 32-token
         requests) priced each 19-22-token catch-up at 44-47 ms against 43-44 ms, 10% of
         one request's plain steps, so `auto` never drafted in four requests where k = 4

@@ -601,9 +601,9 @@ class Runner:
             tpot = [s.tpot_s for s in stats if s.generated > 1]
             ttft = [s.ttft_s for s in stats]
             total = sum(stats, SpecStats())
-            # Decode phase alone: the wall time less the engine's prefills (requests join
-            # as rows free up, so a TTFT, counted from arrival, includes queueing), over
-            # the tokens after each request's first.
+            # Decode phase alone: the wall time less the engine's prefills, over the tokens
+            # after each request's first. A round's requests all arrive at its start, so a
+            # TTFT is the round's prefill (no request queues behind another's decoding).
             decode_s = wall - prefill_s
             decode_tokens = generated - len(prompts)
             row |= {
