@@ -39,7 +39,7 @@ from specdec.drafters.draft_vocab import frequent_ids, prune_vocab_head
 from specdec.engine import Completion, Engine
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.decode_stack import tune_stack
-from specdec.models.kernel_tuning import tune_kernels
+from specdec.models.kernel_tuning import tune_kernels, tune_prefetch
 from specdec.models.loading import load_transformer
 from specdec.models.quant import QUANTS, quantize
 from specdec.models.static_pass import use_static_passes
@@ -340,6 +340,7 @@ def _tuned(model):
     """`model` with every CPU projection on the kernel measured fastest here, and its
     steps through the native decode stack where that was measured faster."""
     if model.device.type == "cpu":
+        tune_prefetch(model)  # how the int4 tile layout streams here, before its plans are timed
         tune_kernels(model)
         tune_stack(model)  # where its native stack beats the eager layers, by whole passes
     return model

@@ -65,11 +65,40 @@ def llamacpp_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
+# llama-cpp-python 0.3.36 built for the CPU it builds on (pip's default) takes llama.cpp's AMX
+# path on a CPU with AMX, and that path crashes the process inside its first decode on the
+# Qwen Q4_K_M file (segmentation fault in ggml_backend_amx_mul_mat, on a 2-vCPU Xeon with
+# AMX, 2026-11-25). Built without AMX it runs its AVX-512 kernels and works.
+LLAMACPP_NO_AMX = (
+    "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+    "-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON "
+    "-DGGML_AVX_VNNI=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF' "
+    "pip install --force-reinstall --no-deps --no-cache-dir llama-cpp-python==0.3.36"
+)
+
+
+def llamacpp_amx_problem(system_info: str, cpu_flags: set[str]) -> str | None:
+    """Why llama.cpp cannot run here, or None: a build whose AMX path is on, on a CPU that
+    has AMX (the crash above takes the whole bench with it, so it is refused up front)."""
+    if "amx_int8" in cpu_flags and "AMX_INT8 = 1" in system_info:
+        return (
+            "this llama-cpp-python build uses llama.cpp's AMX kernels, which crash on this CPU "
+            f"(segmentation fault in its first decode); rebuild it without AMX: {LLAMACPP_NO_AMX}"
+        )
+    return None
+
+
 def llamacpp_model(gguf: Path, context: int):
     """llama.cpp's model on the GGUF file the registry model was converted from, loaded
     once per run of the bench (outside the timed runs, as our models are)."""
     import llama_cpp
 
+    from specdec.models.kernel_tuning import cpu_info
+
+    info = llama_cpp.llama_print_system_info().decode(errors="replace")
+    problem = llamacpp_amx_problem(info, set(cpu_info()[1].split()))
+    if problem:
+        raise RuntimeError(problem)
     return llama_cpp.Llama(
         model_path=str(gguf), n_ctx=context, n_threads=torch.get_num_threads(), verbose=False
     )

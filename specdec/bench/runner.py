@@ -505,7 +505,10 @@ class Runner:
             raise Skip(f"no GGUF file for {self.model_name} (registry models only)")
         context = max(len(p) for p in prompts) + self.max_tokens + 8
         if self._llamacpp is None or self._llamacpp[0] < context:  # loaded outside the timing
-            self._llamacpp = (context, peers.llamacpp_model(gguf, context))
+            try:
+                self._llamacpp = (context, peers.llamacpp_model(gguf, context))
+            except RuntimeError as err:
+                raise Skip(str(err)) from err
         model = self._llamacpp[1]
 
         def rounds() -> Rounds:  # one prompt at a time, as its high-level API decodes

@@ -235,6 +235,70 @@ def store(cache: Path, name: str, entries: dict) -> None:
     tmp.replace(cache)
 
 
+# Row counts the tile layout's prefetch level is timed at: a decode step and a k = 3 verify.
+PREFETCH_ROWS = (1, 4)
+
+
+def measure_prefetch(layers: list[nn.Module]) -> dict:
+    """Seconds of a sweep through `layers` (int4 layers in the tile layout, in model order,
+    as a decode step streams them) at each prefetch level and row count of
+    `PREFETCH_ROWS`, the levels taking turns `REPEATS` times (the fastest sweep of each
+    counts: noise only adds time), and the level with the least sum."""
+    op = native.q4_gemv()
+    seed = torch.Generator().manual_seed(0)
+    inputs = {
+        (rows, width): torch.randn(rows, width, generator=seed).to(layers[0].weight.dtype)
+        for rows in PREFETCH_ROWS
+        for width in sorted({layer.in_features for layer in layers})
+    }
+    levels = native.TILE_PREFETCH_LEVELS
+    best = {(level, rows): float("inf") for level in levels for rows in PREFETCH_ROWS}
+    previous = native.tile_prefetch()
+    try:
+        with torch.inference_mode():
+            for _ in range(REPEATS):
+                for level, rows in best:
+                    native.set_tile_prefetch(level)
+                    start = time.perf_counter()
+                    for layer in layers:
+                        x = inputs[rows, layer.in_features]
+                        op(x, layer.qs, layer.sc, layer.mn, layer.d, layer.dmin, None, layer.tiles)
+                    best[level, rows] = min(best[level, rows], time.perf_counter() - start)
+    finally:
+        native.set_tile_prefetch(previous)
+    seconds = {
+        str(level): {str(rows): round(best[level, rows], 6) for rows in PREFETCH_ROWS}
+        for level in levels
+    }
+    level = min(levels, key=lambda lv: sum(seconds[str(lv)].values()))
+    size = sum(layer.stored_bytes() for layer in layers)
+    return {"level": level, "seconds": seconds, "bytes": size}
+
+
+def tune_prefetch(model: nn.Module, *, cache: Path | None = None, retune: bool = False) -> dict:
+    """Set the int4 tile layout's prefetch level (`native.set_tile_prefetch`) measured
+    fastest here over `model`'s int4 layers in that layout, from the cache when this
+    machine has timed it before. One level per process and machine: it is a property of
+    the memory system, not of a shape. Returns the stored entry ({} where `model` has no
+    such layers, and nothing is set)."""
+    from specdec.models.quant import Int4Linear  # quant imports linear, as this module does
+
+    layers = [
+        m
+        for m in model.modules()
+        if isinstance(m, Int4Linear) and m.tiles.numel() and m.weight.device.type == "cpu"
+    ]
+    if not layers or native.q4_gemv() is None:
+        return {}
+    cache = cache or kernel_cache()
+    entry = {} if retune else stored_entries("tile_prefetch", cache=cache)
+    if entry.get("level") not in native.TILE_PREFETCH_LEVELS:
+        entry = measure_prefetch(layers)
+        store(cache, "tile_prefetch", entry)
+    native.set_tile_prefetch(entry["level"])
+    return entry
+
+
 def projection_seconds(model: object, *, cache: Path | None = None) -> dict[int, float]:
     """{rows: seconds} of one pass of `rows` rows (each bucket of `BUCKETS`) through every
     CPU projection of `model`, summed from the timings `tune_kernels` stored here for the

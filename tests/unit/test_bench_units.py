@@ -318,3 +318,14 @@ def test_store_merges_slices_of_one_config(tmp_path):
         other.merge(tmp_path / "a")
     with pytest.raises(InvalidParameterError, match="no results.json"):
         merged.merge(tmp_path / "missing")
+
+
+def test_a_llamacpp_build_with_amx_is_refused_on_a_cpu_with_amx():
+    from specdec.bench.peers import llamacpp_amx_problem
+
+    amx_build = "CPU : AVX2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | OPENMP = 1 | "
+    plain_build = "CPU : AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | OPENMP = 1 | "
+    problem = llamacpp_amx_problem(amx_build, {"avx512f", "amx_tile", "amx_int8"})
+    assert problem is not None and "GGML_AMX_INT8=OFF" in problem
+    assert llamacpp_amx_problem(plain_build, {"avx512f", "amx_tile", "amx_int8"}) is None
+    assert llamacpp_amx_problem(amx_build, {"avx2", "avx512f"}) is None  # no AMX to crash on

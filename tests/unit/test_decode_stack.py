@@ -138,6 +138,23 @@ def test_stack_is_batch_invariant(dtype):
         assert torch.equal(k_a[:, :, :11], k_b[:, :, :11])
 
 
+def test_stack_computes_the_same_at_either_tile_prefetch_level():
+    """How the tile layout prefetches (into L1 or L2, chosen per machine) changes which
+    cache the weights wait in, never a product: the stack's passes agree bitwise."""
+    model = _int4()
+    if model.layers[0].mlp.gate_up_proj.tiles.numel() == 0:
+        pytest.skip("no tile layout in this machine's native build (AVX-512 VNNI)")
+    outs = {}
+    try:
+        for level in native.TILE_PREFETCH_LEVELS:
+            native.set_tile_prefetch(level)
+            outs[level] = _run(model, STEPS, True)[0]
+    finally:
+        native.set_tile_prefetch(0)
+    for a, b in zip(outs[0], outs[1], strict=True):
+        assert torch.equal(a, b)
+
+
 def test_int4_speculative_greedy_equals_plain_through_the_stack(tokenizer):
     """fp32 greedy speculation with a draft model on an int4 target == plain int4 decoding,
     token for token (every verify pass here has at most 8 rows: all through the stack)."""

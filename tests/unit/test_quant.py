@@ -223,6 +223,53 @@ def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(monk
         native.q4_tiles.cache_clear()
 
 
+def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(
+    monkeypatch, tmp_path
+):
+    """The tile layout's prefetch level (into L1 or L2, `native.set_tile_prefetch`) moves
+    no bit of a product, for any row count; `tune_prefetch` times both levels over a
+    model's tiled int4 layers, sets the faster, stores it for the machine and reads it
+    back without timing again; a model with no tiled layer sets nothing."""
+    from specdec.models import kernel_tuning
+
+    monkeypatch.setenv("SPECDEC_NATIVE", "1")
+    native.q4_gemv.cache_clear()
+    native.q4_tiles.cache_clear()
+    try:
+        op, tiles = native.q4_gemv(), native.q4_tiles()
+        if tiles is None:
+            pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
+        torch.manual_seed(0)
+        q4 = q4_quantize(torch.randn(64, 896) * 0.05)
+        laid = tiles(*q4.tensors())
+        for rows in (1, 4, 9, 16):
+            x = torch.randn(rows, 896)
+            outs = []
+            for level in native.TILE_PREFETCH_LEVELS:
+                native.set_tile_prefetch(level)
+                outs.append(op(x, *q4.tensors(), None, laid))
+            native.set_tile_prefetch(0)
+            assert all(torch.equal(outs[0], out) for out in outs[1:]), rows
+        with pytest.raises(ValueError, match="prefetch level"):
+            native.set_tile_prefetch(2)
+
+        model = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=128)), "int4")
+        cache = tmp_path / "kernels.json"
+        entry = kernel_tuning.tune_prefetch(model, cache=cache)
+        assert set(entry["seconds"]) == {str(level) for level in native.TILE_PREFETCH_LEVELS}
+        assert native.tile_prefetch() == entry["level"]
+        native.set_tile_prefetch(1 - entry["level"])
+        monkeypatch.setattr(kernel_tuning, "measure_prefetch", lambda layers: pytest.fail("timed"))
+        assert kernel_tuning.tune_prefetch(model, cache=cache) == entry
+        assert native.tile_prefetch() == entry["level"]  # read back, set again
+        untiled = native_from_hf(hf_tiny("qwen2"))
+        assert kernel_tuning.tune_prefetch(untiled, cache=cache) == {}
+    finally:
+        native.set_tile_prefetch(0)
+        native.q4_gemv.cache_clear()
+        native.q4_tiles.cache_clear()
+
+
 _ISA_OUTPUTS = """
 import sys, torch
 from specdec.models import native

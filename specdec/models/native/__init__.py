@@ -28,7 +28,7 @@ HERE = Path(__file__).parent
 @cache
 def bf16_gemv():
     """The compiled `bf16_gemv(x [R, K] fp32, W [N, K] bf16) -> [R, N] fp32`, or None."""
-    module = _build("bf16_gemv")
+    module = _module("bf16_gemv")
     return None if module is None else module.bf16_gemv
 
 
@@ -36,7 +36,7 @@ def bf16_gemv():
 def q4_gemv():
     """The compiled `q4_gemv(x [R, K] fp32, qs, sc, mn, d, dmin) -> [R, N] fp32` (the format
     in q4_gemv.cpp and `quant.Q4Weights`), or None."""
-    module = _build("q4_gemv")
+    module = _module("q4_gemv")
     return None if module is None else module.q4_gemv
 
 
@@ -46,7 +46,7 @@ def q4_tiles():
     weights in the tile layout q4_kernel.h describes, which `q4_gemv(..., tiles=)` and the
     decode stack read in AVX-512 builds (a third of the instructions per extra row of a
     verify pass); None where the build has no tile path."""
-    module = _build("q4_gemv")
+    module = _module("q4_gemv")
     return module.q4_tiles if module is not None and module.TILES else None
 
 
@@ -54,8 +54,42 @@ def q4_tiles():
 def decode_stack():
     """The compiled `DecodeStack` class (decode_stack.cpp: every decoder layer of a small
     int4 step in one call), or None."""
-    module = _build("decode_stack")
+    module = _module("decode_stack")
     return None if module is None else module.DecodeStack
+
+
+# How the int4 tile layout prefetches (q4_kernel.h's tile_prefetch): 0 into L1, 1 into L2.
+TILE_PREFETCH_LEVELS = (0, 1)
+_tile_prefetch = 0
+_loaded: dict[str, object] = {}  # name -> the module last built or loaded, for its settings
+
+
+def set_tile_prefetch(level: int) -> None:
+    """Make the int4 tile layout prefetch into L1 (0) or L2 (1) in every native module,
+    loaded or still to load: which streams faster depends on the CPU, so it is chosen by
+    timing here (`kernel_tuning.tune_prefetch`). The products are the same either way."""
+    global _tile_prefetch
+    if level not in TILE_PREFETCH_LEVELS:
+        raise ValueError(f"tile prefetch level {level!r}: expected one of {TILE_PREFETCH_LEVELS}")
+    _tile_prefetch = level
+    for module in _loaded.values():
+        if hasattr(module, "set_tile_prefetch"):
+            module.set_tile_prefetch(level)
+
+
+def tile_prefetch() -> int:
+    """The int4 tile layout's prefetch level in force (see `set_tile_prefetch`)."""
+    return _tile_prefetch
+
+
+def _module(name: str):
+    """The built module `name` with the settings in force, or None (see `_build`)."""
+    module = _build(name)
+    if module is not None:
+        _loaded[name] = module
+        if hasattr(module, "set_tile_prefetch"):
+            module.set_tile_prefetch(_tile_prefetch)
+    return module
 
 
 @cache

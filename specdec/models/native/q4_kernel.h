@@ -301,14 +301,27 @@ inline void to_tiles(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
   });
 }
 
+// How a tile's stream asks for its blocks ahead of itself, one setting per process (each
+// extension module has its own; `native.set_tile_prefetch` sets them all), chosen by timing
+// on the machine at hand (`kernel_tuning.tune_prefetch`): which is faster depends on the CPU.
+//   0: into L1, 2 blocks ahead. Measured on a Zen 4 at one row, 2 blocks streamed the
+//      vocabulary head's shape 1.1-1.5x faster than none, 6 no better than 2.
+//   1: into L2, 4 blocks ahead. Measured on a 2-vCPU Xeon with AMX (24 GB/s read), the 1.5B's
+//      28 layers streamed 15.5 GB/s with 0 and 20.6 with 1 at one row (1.33x), 14.9 and
+//      17.5 at four rows; into L1 at 4 or 8 blocks ahead read 15.4-17.7. There a load that
+//      misses L1 holds one of few fill buffers until memory answers, while L2 keeps many
+//      more requests in flight.
+inline int& tile_prefetch() {
+  static int level = 0;
+  return level;
+}
+
 #if SPECDEC_Q4_AVX512
 constexpr bool TILES = true;
-// Blocks a tile's stream prefetches ahead of itself: measured on a Zen 4 at one row, 2
-// streamed the vocabulary head's shape 1.1-1.5x faster than none, 6 no better than 2.
-constexpr int64_t PREFETCH_BLOCKS = 2;
 
-// Rows [0, R) of the activations against the 16 output rows of tile t (see to_tiles).
-template <int R>
+// Rows [0, R) of the activations against the 16 output rows of tile t (see to_tiles), the
+// blocks ahead prefetched into L2 (`L2`) or L1 (see tile_prefetch).
+template <int R, bool L2>
 void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const float* bias,
                float* y, int64_t K, int64_t N, int64_t S, int64_t t) {
   const int64_t G = S * GROUPS, X = a.stride;
@@ -317,6 +330,8 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
   const int16_t* xs = a.xs.data() + row0 * G;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const uint8_t* base = tiles + t * S * TILE_BLOCK;
+  constexpr int64_t PREFETCH_BLOCKS = L2 ? 4 : 2;
+  constexpr auto HINT = L2 ? _MM_HINT_T1 : _MM_HINT_T0;
   __m512 f[R];
   for (int r = 0; r < R; ++r) f[r] = _mm512_setzero_ps();
   for (int64_t s = 0; s < S; ++s) {
@@ -326,10 +341,10 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
     for (int r = 0; r < R; ++r) I[r] = _mm512_setzero_si512();
     for (int64_t g = 0; g < groups; ++g) {
       // The block PREFETCH_BLOCKS ahead, its 38 lines spread over this block's groups: asked
-      // for all at once, they slowed a 4-row pass by a third.
+      // for all at once, they slowed a 4-row pass by a third (into L1, on a Zen 4).
       const int64_t lines = TILE_BLOCK / 64, first = g * lines / groups, last = (g + 1) * lines / groups;
       for (int64_t line = first; line < last; ++line)
-        _mm_prefetch(reinterpret_cast<const char*>(blk + PREFETCH_BLOCKS * TILE_BLOCK + line * 64), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(blk + PREFETCH_BLOCKS * TILE_BLOCK + line * 64), HINT);
       const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + TILE_QS + g * TILE)));
       for (int h = 0; h < 2; ++h) {  // 16 weights a half: a lane's sum fits int16 for vpdpwssd
         const uint8_t* q = blk + (g * 4 + 2 * h) * 64;
@@ -371,11 +386,16 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
 inline void run_tiles(const Activations& a, int64_t R, const uint8_t* tiles, const float* bias,
                       float* y, int64_t K, int64_t N, int64_t S) {
   const int64_t chunk = chunk_rows(R);
+  const bool l2 = tile_prefetch() == 1;
   at::parallel_for(0, N / TILE, 2, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t r0 = 0; r0 < R; r0 += chunk) {
         dispatch_rows(std::min(chunk, R - r0), [&](auto rows) {
-          tile_rows<decltype(rows)::value>(a, r0, tiles, bias, y + r0 * N, K, N, S, t);
+          constexpr int C = decltype(rows)::value;
+          if (l2)
+            tile_rows<C, true>(a, r0, tiles, bias, y + r0 * N, K, N, S, t);
+          else
+            tile_rows<C, false>(a, r0, tiles, bias, y + r0 * N, K, N, S, t);
         });
       }
     }
