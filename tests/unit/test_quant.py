@@ -223,9 +223,7 @@ def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(monk
         native.q4_tiles.cache_clear()
 
 
-def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(
-    monkeypatch, tmp_path
-):
+def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(monkeypatch, tmp_path):
     """The tile layout's prefetch level (into L1 or L2, `native.set_tile_prefetch`) moves
     no bit of a product, for any row count; `tune_prefetch` times both levels over a
     model's tiled int4 layers, sets the faster, stores it for the machine and reads it
