@@ -52,6 +52,19 @@ def kernel_rows(cache: dict) -> list[dict]:
     return rows
 
 
+def tile_prefetch_row(cache: dict) -> dict | None:
+    """The int4 tile layout's prefetch level chosen here and its GB/s at 1 and 4 rows at each
+    level (`kernel_tuning.tune_prefetch`), or None before an int4 target has loaded."""
+    entry = cache.get("tile_prefetch")
+    if not entry:
+        return None
+    gbs = {
+        level: {rows: round(entry["bytes"] / s / 1e9, 1) for rows, s in by_rows.items()}
+        for level, by_rows in entry["seconds"].items()
+    }
+    return {"level": entry["level"], "gb_s": gbs}
+
+
 def report(bandwidth_gib: float = 1.0) -> dict:
     from specdec.models import native
     from specdec.models.kernel_tuning import kernel_cache, machine
@@ -60,9 +73,10 @@ def report(bandwidth_gib: float = 1.0) -> dict:
     bandwidth = read_bandwidth_gbs(bandwidth_gib)
     cache = kernel_cache()
     try:
-        kernels = kernel_rows(json.loads(cache.read_text()))
+        stored = json.loads(cache.read_text())
     except (OSError, ValueError):
-        kernels = []
+        stored = {}
+    kernels = kernel_rows(stored)
     models = []
     for name in REGISTRY:
         directory = cache_root() / "models" / name / "bf16"
@@ -86,6 +100,7 @@ def report(bandwidth_gib: float = 1.0) -> dict:
         "native_kernel": native.bf16_gemv() is not None,
         "kernel_cache": str(cache),
         "kernels": kernels,
+        "int4_tile_prefetch": tile_prefetch_row(stored),
         "models": models,
     }
 
@@ -102,6 +117,14 @@ def print_report(data: dict) -> None:
         plan = " ".join(f"{b}:{k}" for b, k in row["plan"].items())
         gbs = row["gb_s"]
         print(f"  {row['shape']:36} {gbs['1']:5} GB/s @1 row, {gbs['8']:5} @8  [{plan}]")
+    prefetch = data.get("int4_tile_prefetch")
+    if prefetch:
+        where = {0: "L1", 1: "L2"}
+        timed = ", ".join(
+            f"into {where[int(level)]} {gbs['1']} GB/s @1 row, {gbs['4']} @4"
+            for level, gbs in prefetch["gb_s"].items()
+        )
+        print(f"int4 tile layout prefetches into {where[prefetch['level']]} ({timed})")
     print("bandwidth bound of plain bf16 decoding, batch 1:")
     for row in data["models"]:
         if row["pulled"]:

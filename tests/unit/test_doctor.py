@@ -34,12 +34,33 @@ def test_kernel_rows_report_the_chosen_kernels_speed():
     assert doctor.kernel_rows(cache)[0]["gb_s"] == {"1": 2.0, "8": 1.0}
 
 
+def test_the_int4_tile_prefetch_choice_is_reported_with_its_speeds(monkeypatch, tmp_path, capsys):
+    entry = {"level": 1, "seconds": {"0": {"1": 2.0, "4": 4.0}, "1": {"1": 1.0, "4": 2.0}}}
+    assert doctor.tile_prefetch_row({"tile_prefetch": {**entry, "bytes": 1e9}}) == {
+        "level": 1,
+        "gb_s": {"0": {"1": 0.5, "4": 0.2}, "1": {"1": 1.0, "4": 0.5}},  # 0.25 rounds to even
+    }
+    assert doctor.tile_prefetch_row({}) is None
+    data = {
+        "machine": {"cpu": "x", "cores": 2, "torch": "t", "threads": 2},
+        "read_bandwidth_gb_s": 1.0,
+        "native_kernel": True,
+        "kernel_cache": "k.json",
+        "kernels": [],
+        "int4_tile_prefetch": doctor.tile_prefetch_row({"tile_prefetch": {**entry, "bytes": 1e9}}),
+        "models": [],
+    }
+    doctor.print_report(data)
+    assert "int4 tile layout prefetches into L2 (into L1 0.5 GB/s" in capsys.readouterr().out
+
+
 def test_doctor_json_end_to_end(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path))
     monkeypatch.setattr(doctor, "read_bandwidth_gbs", lambda gib=1.0: 50.0)
     assert main(["doctor", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["read_bandwidth_gb_s"] == 50.0 and data["kernels"] == []
+    assert data["int4_tile_prefetch"] is None
     assert {m["model"] for m in data["models"]} >= {"qwen2.5-coder-1.5b-instruct"}
     assert not any(m["pulled"] for m in data["models"])  # an empty cache
     assert main(["doctor"]) == 0
