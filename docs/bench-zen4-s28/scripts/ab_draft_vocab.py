@@ -61,7 +61,7 @@ def engine(draft_model, ids):
 
 def cut_draft(n):
     model = load_transformer(resolve(args.draft), "bf16", target.device)
-    model = quantize(model, "int4", gguf_source(args.draft))
+    model = quantize(model, "int4", gguf_source(args.draft), tiles=False)  # as LLM loads a draft
     ids = frequent_ids(tok, n, usable, keep=llm.eos_ids)
     tune_kernels(prune_vocab_head(model, ids))
     return model, ids
