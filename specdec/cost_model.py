@@ -626,12 +626,19 @@ class AdaptiveWindow:
         second such request, and what it costs stays a tenth of the decoding. Only until
         the drafter has been measured: a probe after a look that found it poor is bounded
         by the decoding ahead alone (drawing on the steps decoded since, probes paid a
-        catch-up at every request, 0.93x plain over four requests at acceptance 0.5-0.67)."""
+        catch-up at every request, 0.93x plain over four requests at acceptance 0.5-0.67).
+
+        The steps decoded before count only up to the decoding ahead: a look costs at most
+        twice what one request's decoding allows. A catch-up dear against a request is paid
+        again by every later request on its own prompt, so what such a look learns cannot
+        pay; uncapped, the int4 pair on 1024-token prompts (64 tokens ahead, a 1.0 s
+        catch-up) looked at a run's fourth request and ran 0.93x plain (AMX Xeon, stop 35)."""
         cost = self.costs.catch_up_time(catch_up)
         plain = self.costs.verify_time(rows, 1)
         if cost is None or plain is None:
             return False
-        return cost <= EXPLORE_SHARE * (remaining * plain + self._unlooked_s) / rows
+        ahead = remaining * plain
+        return cost <= EXPLORE_SHARE * (ahead + min(self._unlooked_s, ahead)) / rows
 
     def _start_allowed(self, rows: int, catch_up: int, remaining: int) -> bool:
         """`_may_start`, except that a refusal stands until the next admission or a change
