@@ -62,7 +62,5 @@ for method in methods:
     }
 # With no prefix cache every request of a prompt computes the same passes: the two levels'
 # tokens must agree.
-same = all(
-    outputs[m, p, t, 0] == outputs[m, p, t, 1] for (m, p, t, level) in outputs if level == 0
-)
+same = all(outputs[m, p, t, 0] == outputs[m, p, t, 1] for (m, p, t, level) in outputs if level == 0)
 print(json.dumps({"workload": args.workload, "levels_agree": same, **summary}, indent=1))
