@@ -243,8 +243,8 @@ def measure_prefetch(layers: list[nn.Module]) -> dict:
     """Seconds of a sweep through `layers` (int4 layers in the tile layout, in model order,
     as a decode step streams them) at each prefetch level and row count of
     `PREFETCH_ROWS`, the levels taking turns `REPEATS` times (the fastest sweep of each
-    counts: noise only adds time), and the level with the least sum."""
-    op = native.q4_gemv()
+    counts: noise only adds time), and the level with the least sum. Each layer runs its
+    own native kernel entry (`q4_native`), as a decode step's eager layers do."""
     seed = torch.Generator().manual_seed(0)
     inputs = {
         (rows, width): torch.randn(rows, width, generator=seed).to(layers[0].weight.dtype)
@@ -261,8 +261,7 @@ def measure_prefetch(layers: list[nn.Module]) -> dict:
                     native.set_tile_prefetch(level)
                     start = time.perf_counter()
                     for layer in layers:
-                        x = inputs[rows, layer.in_features]
-                        op(x, layer.qs, layer.sc, layer.mn, layer.d, layer.dmin, None, layer.tiles)
+                        layer.run("q4_native", inputs[rows, layer.in_features])
                     best[level, rows] = min(best[level, rows], time.perf_counter() - start)
     finally:
         native.set_tile_prefetch(previous)

@@ -175,7 +175,20 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
         native.q4_gemv.cache_clear()
 
 
-def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(monkeypatch):
+@pytest.fixture
+def tile_kernels(monkeypatch):
+    """The native int4 kernel and its tile layout builder, the native build on for the test
+    (the suite turns it off elsewhere): (q4_gemv, q4_tiles), q4_tiles None where the build
+    has no tile path."""
+    monkeypatch.setenv("SPECDEC_NATIVE", "1")
+    native.q4_gemv.cache_clear()
+    native.q4_tiles.cache_clear()
+    yield native.q4_gemv(), native.q4_tiles()
+    native.q4_gemv.cache_clear()
+    native.q4_tiles.cache_clear()
+
+
+def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(tile_kernels):
     """AVX-512 builds read int4 weights re-ordered into tiles of 16 output rows (q4_kernel.h:
     a third of the instructions per extra row of a verify pass). The tile path sums each
     super-block's exact integers into two fused multiply-adds, so it is held to the float64
@@ -183,60 +196,52 @@ def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(monk
     step and a verify pass agree bitwise), for 1..9, 12 and 16 rows, with a bias and with
     super-blocks cut short (K = 576, 896); `Int4Linear` builds its tiles where the shape
     allows (N % 16 == 0) and runs them."""
-    monkeypatch.setenv("SPECDEC_NATIVE", "1")
-    native.q4_gemv.cache_clear()
-    native.q4_tiles.cache_clear()
-    try:
-        op, tiles = native.q4_gemv(), native.q4_tiles()
-        if tiles is None:
-            assert Int4Linear(torch.nn.Linear(64, 32)).tiles.numel() == 0
-            pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
-        torch.manual_seed(0)
-        for n, k in ((16, 64), (48, 576), (32, 896), (64, 1536)):
-            q4 = q4_quantize(torch.randn(n, k) * 0.05)
-            laid = tiles(*q4.tensors())
-            bias = torch.randn(n)
-            for rows in [*range(1, 10), 12, 16]:
-                x = torch.randn(rows, k)
-                x[0, :32] = 0  # a zero group and, below, a zero row
-                if rows > 1:
-                    x[-1] = 0
-                tiled = op(x, *q4.tensors(), bias, laid)
-                ref = q4_reference(x, q4) + bias
-                torch.testing.assert_close(tiled, ref, atol=1e-5 * ref.abs().max(), rtol=1e-5)
-                one_by_one = torch.cat(
-                    [op(x[i : i + 1], *q4.tensors(), bias, laid) for i in range(rows)]
-                )
-                assert torch.equal(tiled, one_by_one), (n, k, rows)
-        layer = Int4Linear(torch.nn.Linear(576, 48).to(torch.bfloat16))
-        assert layer.tiles.numel() > 0 and "tiles" not in layer.state_dict()
-        assert Int4Linear(torch.nn.Linear(576, 40)).tiles.numel() == 0  # 40 % 16 != 0
-        x = torch.randn(3, 576).to(torch.bfloat16)
-        bias = layer.bias.detach().float()
-        tiled = op(x, *layer.q4.tensors(), bias, layer.tiles)
-        assert torch.equal(layer.run("q4_native", x), tiled)
-        x = x.float()  # unrounded: the two layouts' last bits differ, so the tiles did run
-        assert torch.equal(layer.run("q4_native", x), op(x, *layer.q4.tensors(), bias, layer.tiles))
-        assert not torch.equal(layer.run("q4_native", x), op(x, *layer.q4.tensors(), bias))
-    finally:
-        native.q4_gemv.cache_clear()
-        native.q4_tiles.cache_clear()
+    op, tiles = tile_kernels
+    if tiles is None:
+        assert Int4Linear(torch.nn.Linear(64, 32)).tiles.numel() == 0
+        pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
+    torch.manual_seed(0)
+    for n, k in ((16, 64), (48, 576), (32, 896), (64, 1536)):
+        q4 = q4_quantize(torch.randn(n, k) * 0.05)
+        laid = tiles(*q4.tensors())
+        bias = torch.randn(n)
+        for rows in [*range(1, 10), 12, 16]:
+            x = torch.randn(rows, k)
+            x[0, :32] = 0  # a zero group and, below, a zero row
+            if rows > 1:
+                x[-1] = 0
+            tiled = op(x, *q4.tensors(), bias, laid)
+            ref = q4_reference(x, q4) + bias
+            torch.testing.assert_close(tiled, ref, atol=1e-5 * ref.abs().max(), rtol=1e-5)
+            one_by_one = torch.cat(
+                [op(x[i : i + 1], *q4.tensors(), bias, laid) for i in range(rows)]
+            )
+            assert torch.equal(tiled, one_by_one), (n, k, rows)
+    layer = Int4Linear(torch.nn.Linear(576, 48).to(torch.bfloat16))
+    assert layer.tiles.numel() > 0 and "tiles" not in layer.state_dict()
+    assert Int4Linear(torch.nn.Linear(576, 40)).tiles.numel() == 0  # 40 % 16 != 0
+    x = torch.randn(3, 576).to(torch.bfloat16)
+    bias = layer.bias.detach().float()
+    tiled = op(x, *layer.q4.tensors(), bias, layer.tiles)
+    assert torch.equal(layer.run("q4_native", x), tiled)
+    x = x.float()  # unrounded: the two layouts' last bits differ, so the tiles did run
+    assert torch.equal(layer.run("q4_native", x), op(x, *layer.q4.tensors(), bias, layer.tiles))
+    assert not torch.equal(layer.run("q4_native", x), op(x, *layer.q4.tensors(), bias))
 
 
-def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(monkeypatch, tmp_path):
+def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(
+    tile_kernels, monkeypatch, tmp_path
+):
     """The tile layout's prefetch level (into L1 or L2, `native.set_tile_prefetch`) moves
     no bit of a product, for any row count; `tune_prefetch` times both levels over a
     model's tiled int4 layers, sets the faster, stores it for the machine and reads it
     back without timing again; a model with no tiled layer sets nothing."""
     from specdec.models import kernel_tuning
 
-    monkeypatch.setenv("SPECDEC_NATIVE", "1")
-    native.q4_gemv.cache_clear()
-    native.q4_tiles.cache_clear()
+    op, tiles = tile_kernels
+    if tiles is None:
+        pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
     try:
-        op, tiles = native.q4_gemv(), native.q4_tiles()
-        if tiles is None:
-            pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
         torch.manual_seed(0)
         q4 = q4_quantize(torch.randn(64, 896) * 0.05)
         laid = tiles(*q4.tensors())
@@ -264,8 +269,6 @@ def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(monk
         assert kernel_tuning.tune_prefetch(untiled, cache=cache) == {}
     finally:
         native.set_tile_prefetch(0)
-        native.q4_gemv.cache_clear()
-        native.q4_tiles.cache_clear()
 
 
 _ISA_OUTPUTS = """
