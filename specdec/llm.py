@@ -39,9 +39,9 @@ from specdec.drafters.draft_vocab import frequent_ids, prune_vocab_head
 from specdec.engine import Completion, Engine
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.decode_stack import tune_stack
-from specdec.models.kernel_tuning import tune_kernels, tune_prefetch
+from specdec.models.kernel_tuning import tune_kernels, tune_layout, tune_prefetch
 from specdec.models.loading import load_transformer
-from specdec.models.quant import QUANTS, quantize
+from specdec.models.quant import QUANTS, quantize, with_decode_stack
 from specdec.models.static_pass import use_static_passes
 from specdec.speculator.model import is_speculator_dir, load_speculator
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
@@ -205,6 +205,7 @@ class LLM:
                 "draft": draft, "draft_quant": draft_quant, "draft_vocab": draft_vocab,
                 "tree": self.tree,
                 "n_candidates": n_candidates, "max_batch": max_batch,
+                "int4_layout": "measured",  # costs timed with the draft in rows by rule are stale
             }  # fmt: skip
             self._costs_file, self._costs_setup = cost_file(setup), setup
             window.costs = load_costs(self._costs_file) or window.costs
@@ -262,7 +263,7 @@ class LLM:
         shard = self.tp if self.draft_tp > 1 else None
         draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
         source = gguf_source(draft) if quant == "int4" and shard is None else None
-        draft_model = quantize(draft_model, quant, source, tiles=False)  # one-row steps
+        draft_model = quantize(draft_model, quant, source)  # its layout measured in _tuned
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
         usable = min(vocab, tok_size, draft_model.config.vocab_size)
         ids = None
@@ -341,6 +342,8 @@ def _tuned(model):
     steps through the native decode stack where that was measured faster."""
     if model.device.type == "cpu":
         tune_prefetch(model)  # how the int4 tile layout streams here, before its plans are timed
+        if any(not entry["tiles"] for entry in tune_layout(model).values()):
+            with_decode_stack(model)  # built with the tiles some groups dropped
         tune_kernels(model)
         tune_stack(model)  # where its native stack beats the eager layers, by whole passes
     return model

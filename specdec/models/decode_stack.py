@@ -144,15 +144,12 @@ REPEATS = 3
 
 def stack_key(model: Transformer) -> str:
     """What decides whether the stack beats the eager layers: the layer count, the
-    attention's shape and the projections' groups (their kind, shape, dtype, bias)."""
+    attention's shape and the projections' groups (their kind, shape, dtype, bias and
+    int4 layout)."""
     cfg = model.config
     groups = ", ".join(kernel_tuning.group_key(p) for p in _projections(model.layers[0]))
-    probe = model.layers[0].mlp.gate_up_proj
-    tiles = " tiles" if getattr(probe, "tiles", torch.empty(0)).numel() else ""
-    return (
-        f"{cfg.num_layers} layers, {cfg.num_heads}/{cfg.num_kv_heads} heads x "
-        f"{cfg.head_dim}: {groups}{tiles}"
-    )
+    heads = f"{cfg.num_heads}/{cfg.num_kv_heads} heads x {cfg.head_dim}"
+    return f"{cfg.num_layers} layers, {heads}: {groups}"
 
 
 def tune_stack(model: Transformer, *, cache=None, retune: bool = False) -> dict | None:

@@ -234,10 +234,10 @@ class Int4Linear(_QuantLinear):
             self.register_buffer(f.name, getattr(q4, f.name))
         # The same weights in the native kernel's tile layout, where asked for and the build
         # reads it (AVX-512, N % 16 == 0); empty elsewhere. Derived at load, never stored.
-        # Measured on a Zen 4 (the 1.5B's 28 layers): 4 rows cost 1.05x one row in tiles,
-        # 1.6x in rows; but one row of a wide, short layer (the 0.5B's head, 151936 x 896)
-        # streamed 1.2x faster in rows. So a target, which verifies, takes tiles, and a
-        # draft model, whose steps are one row, keeps rows (`quantize(tiles=False)`).
+        # Which layout a layer keeps is measured per machine (`kernel_tuning.tune_layout`):
+        # on a Zen 4, 4 rows cost 1.05x one row in tiles and 1.6x in rows (the 1.5B's 28
+        # layers), but one row of the 0.5B's head streamed 1.2x faster in rows; on an
+        # Intel Xeon with AMX the whole 0.5B steps 1.45x faster in tiles.
         to_tiles = native.q4_tiles() if tiles else None
         laid = to_tiles is not None and q4.shape[0] % 16 == 0
         self.register_buffer(
@@ -334,15 +334,15 @@ def quantize(
     unquantized. With `gguf` (the Q4_K file the model was converted from), int4 layers take
     the file's 4-bit blocks as they are (`gguf_q4`); `model.quant_report` says which. The
     layers a file gives are stored under `$SPECDEC_HOME/int4/` for the next load. `tiles`:
-    int4 layers also keep the native kernel's tile layout (faster for the few rows of a
-    verify pass, see Int4Linear); a draft model, whose steps are one row, passes False.
+    int4 layers also build the native kernel's tile layout (see Int4Linear), which
+    `kernel_tuning.tune_layout` keeps where it is timed faster on the machine at hand.
     """
     if kind not in QUANTS:
         raise InvalidParameterError(
             f"quantization must be one of {', '.join(QUANTS)}, got {kind!r}"
         )
     if kind == "none":
-        return _with_decode_stack(model)
+        return with_decode_stack(model)
     if model.device.type != "cpu":
         raise InvalidParameterError(f"{kind} quantization is implemented for CPU only")
     from specdec.models.gguf_q4 import QuantReport, StoredGGUFWeights
@@ -364,11 +364,12 @@ def quantize(
         source.save()  # the next load of this file reads the layers from the store
         log.info("specdec: %s: %s", Path(gguf).name, report.summary())
     model.quant_report = report
-    return _with_decode_stack(model)
+    return with_decode_stack(model)
 
 
-def _with_decode_stack(model: Transformer) -> Transformer:
-    """`model` with the native decode stack where it applies (int4 or bf16 projections)."""
+def with_decode_stack(model: Transformer) -> Transformer:
+    """`model` with the native decode stack where it applies (int4 or bf16 projections),
+    built from its layers' tensors as they are now (again after `tune_layout` drops tiles)."""
     from specdec.models.decode_stack import DecodeStack  # it imports this module
 
     model.decode_stack = DecodeStack.for_model(model)

@@ -24,12 +24,12 @@ def native_kernels():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPECDEC_NATIVE", "1")
         kernels = native.q4_gemv, native.bf16_gemv, native.decode_stack
-        for kernel in kernels:
+        for kernel in (*kernels, native.q4_tiles):  # tiles: where the build has them
             kernel.cache_clear()
         if any(kernel() is None for kernel in kernels):
             pytest.skip("native kernels unavailable (no compiler or AVX2)")
         yield
-    for kernel in kernels:
+    for kernel in (*kernels, native.q4_tiles):
         kernel.cache_clear()
 
 

@@ -178,14 +178,15 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
 @pytest.fixture
 def tile_kernels(monkeypatch):
     """The native int4 kernel and its tile layout builder, the native build on for the test
-    (the suite turns it off elsewhere): (q4_gemv, q4_tiles), q4_tiles None where the build
-    has no tile path."""
+    (the suite turns it off elsewhere; the decode stack too): (q4_gemv, q4_tiles), q4_tiles
+    None where the build has no tile path."""
+    accessors = native.q4_gemv, native.q4_tiles, native.decode_stack
     monkeypatch.setenv("SPECDEC_NATIVE", "1")
-    native.q4_gemv.cache_clear()
-    native.q4_tiles.cache_clear()
+    for accessor in accessors:
+        accessor.cache_clear()
     yield native.q4_gemv(), native.q4_tiles()
-    native.q4_gemv.cache_clear()
-    native.q4_tiles.cache_clear()
+    for accessor in accessors:
+        accessor.cache_clear()
 
 
 def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(tile_kernels):
@@ -269,6 +270,59 @@ def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(
         assert kernel_tuning.tune_prefetch(untiled, cache=cache) == {}
     finally:
         native.set_tile_prefetch(0)
+
+
+def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
+    tile_kernels, monkeypatch, tmp_path
+):
+    """`tune_layout` times each group of a model's tiled int4 layers in tiles and in rows
+    and keeps the tiles only where they were faster (a draft model is no longer kept in
+    rows by a rule tuned on a Zen 4); the choice is stored per machine and read back
+    without timing; a group that keeps rows drops its tiles, its plans are keyed apart
+    (`group_key`), the decode stack rebuilt from the layers computes what the eager layers
+    do, and the model's outputs stay those of the same 4-bit weights."""
+    from specdec.models import kernel_tuning
+    from specdec.models.decode_stack import tune_stack
+    from specdec.models.quant import with_decode_stack
+
+    op, tiles = tile_kernels
+    if tiles is None:
+        pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
+    model = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=128)), "int4")
+    assert model.decode_stack is not None
+    layers = kernel_tuning._tiled_int4(model)
+    assert layers and all(key.endswith(" tiles") for key in map(kernel_tuning.group_key, layers))
+    cache = tmp_path / "kernels.json"
+    chosen = kernel_tuning.tune_layout(model, cache=cache)
+    assert set(chosen) == {kernel_tuning.group_key(layer) for layer in layers}
+    for entry in chosen.values():
+        assert set(entry["seconds"]) == {"tiles", "rows"}
+        faster = sum(entry["seconds"]["tiles"].values()) < sum(entry["seconds"]["rows"].values())
+        assert entry["tiles"] is faster
+
+    # Read back without timing; a stored "rows" drops the tiles of that group only.
+    fresh = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=128)), "int4")
+    x = torch.randint(0, 100, (1, 5))
+    with torch.inference_mode():
+        tiled_logits = fresh(x, fresh.new_cache(1, 16)).logits
+    stored = kernel_tuning.stored_entries("tile_layout", cache=cache)
+    head = kernel_tuning.group_key(fresh.lm_head)
+    stored = {key: {**entry, "tiles": key != head} for key, entry in stored.items()}
+    kernel_tuning.store(cache, "tile_layout", stored)
+    monkeypatch.setattr(kernel_tuning, "measure_layout", lambda layers: pytest.fail("timed"))
+    assert kernel_tuning.tune_layout(fresh, cache=cache) == {key: stored[key] for key in chosen}
+    assert fresh.lm_head.tiles.numel() == 0
+    assert not kernel_tuning.group_key(fresh.lm_head).endswith("tiles")
+    assert all(p.tiles.numel() for p in kernel_tuning._tiled_int4(fresh))
+    with_decode_stack(fresh)
+    tune_stack(fresh, cache=cache)
+    with torch.inference_mode():
+        rows_logits = fresh(x, fresh.new_cache(1, 16)).logits
+        fresh.decode_stack.forced = False
+        eager_logits = fresh(x, fresh.new_cache(1, 16)).logits
+        fresh.decode_stack.forced = None
+    torch.testing.assert_close(rows_logits, tiled_logits, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(rows_logits, eager_logits, atol=2e-2, rtol=2e-2)
 
 
 _ISA_OUTPUTS = """
