@@ -210,6 +210,13 @@ def _train_speculator_args(sub) -> None:
         choices=["bf16", "fp32"],
         help="the target's (default bf16, fp32 on a CPU without bf16 instructions)",
     )
+    p.add_argument(
+        "--heads-autocast",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="train the heads under bf16 autocast, fp32 weights (default: where the target "
+        "runs in bf16)",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
 
@@ -452,7 +459,12 @@ def cmd_bench_serve(args) -> None:
 def cmd_train_speculator(args) -> None:
     import torch
 
-    from specdec.speculator.train import TrainConfig, target_dtype, train_speculator
+    from specdec.speculator.train import (
+        TrainConfig,
+        heads_autocast,
+        target_dtype,
+        train_speculator,
+    )
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -477,9 +489,12 @@ def cmd_train_speculator(args) -> None:
         eval_max_tokens=args.eval_max_tokens,
         chat=not args.no_chat,
         seed=args.seed,
+        heads_autocast=args.heads_autocast,
     )
     dtype = args.dtype or target_dtype(args.device)
-    print(f"specdec: the target runs in {dtype}", file=sys.stderr)
+    autocast = heads_autocast(args.device) if args.heads_autocast is None else args.heads_autocast
+    heads = "under bf16 autocast" if autocast else "in fp32"
+    print(f"specdec: the target runs in {dtype}, the heads train {heads}", file=sys.stderr)
     train_speculator(args.model, args.data, args.out, cfg, dtype=dtype, device=args.device)
     results = Path(args.out) / "eval.json"
     if results.is_file():

@@ -46,6 +46,7 @@ def _cfg(**overrides):
         eval_prompts=4,
         eval_max_tokens=16,
         progress=False,
+        heads_autocast=False,  # the same arithmetic on every CPU (autocast: its own test)
     )
     return TrainConfig(**{**base, **overrides})
 
@@ -277,3 +278,28 @@ def test_the_target_dtype_follows_the_cpus_bf16_support(monkeypatch):
         monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda n=native: n)
         assert target_dtype("cpu") == want
     assert target_dtype("cuda") == "bf16"
+
+
+def test_heads_learn_under_bf16_autocast_with_fp32_weights(target, tmp_path, monkeypatch):
+    """Under bf16 autocast (the default where the target runs in bf16: 2.0-2.1x the fp32
+    heads' positions per second on an AMX Xeon) the heads still learn: stage-1 loss halves
+    and every head beats the most frequent token, while their weights and the optimizer's
+    state stay fp32. The default follows the CPU's bf16 support."""
+    from specdec.speculator.train import heads_autocast
+
+    tok = tiny_tokenizer()
+    cfg = _cfg(stage2_steps=0, heads_autocast=True)
+    trainer = SpeculatorTrainer(target, tok, Corpus(corpus_docs(), tok), tmp_path, cfg)
+    assert trainer.autocast
+    spec = trainer.run()
+    rows = [r for r in _log(tmp_path) if r.get("stage") == 1 and "loss" in r]
+    assert rows[-1]["loss"] < 0.5 * rows[0]["loss"]
+    counts = Counter("".join(corpus_docs()))
+    baseline = counts.most_common(1)[0][1] / sum(counts.values())
+    assert all(acc > baseline + 0.3 for acc in rows[-1]["acc_per_head"]), rows[-1]
+    assert all(p.dtype == torch.float32 for p in spec.parameters())
+    for native, want in ((True, True), (False, False)):
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda n=native: n)
+        assert heads_autocast("cpu") is want
+        assert SpeculatorTrainer(target, tok, Corpus(corpus_docs(), tok), tmp_path / "d",
+                                 _cfg(heads_autocast=None)).autocast is want  # fmt: skip
