@@ -291,14 +291,17 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
     model = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=128)), "int4")
     assert model.decode_stack is not None
     layers = kernel_tuning._tiled_int4(model)
-    assert layers and all(key.endswith(" tiles") for key in map(kernel_tuning.group_key, layers))
+    keys = [kernel_tuning.group_key(layer) for layer in layers]  # before tuning drops any
+    tiled = dict(zip(keys, layers, strict=True))
+    assert layers and all(key.endswith(" tiles") for key in keys)
     cache = tmp_path / "kernels.json"
     chosen = kernel_tuning.tune_layout(model, cache=cache)
-    assert set(chosen) == {kernel_tuning.group_key(layer) for layer in layers}
-    for entry in chosen.values():
+    assert set(chosen) == set(tiled)
+    for key, entry in chosen.items():
         assert set(entry["seconds"]) == {"tiles", "rows"}
         faster = sum(entry["seconds"]["tiles"].values()) < sum(entry["seconds"]["rows"].values())
         assert entry["tiles"] is faster
+        assert (tiled[key].tiles.numel() > 0) is faster  # a group timed faster in rows drops them
 
     # Read back without timing; a stored "rows" drops the tiles of that group only.
     fresh = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=128)), "int4")
@@ -306,14 +309,17 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
     with torch.inference_mode():
         tiled_logits = fresh(x, fresh.new_cache(1, 16)).logits
     stored = kernel_tuning.stored_entries("tile_layout", cache=cache)
-    head = kernel_tuning.group_key(fresh.lm_head)
-    stored = {key: {**entry, "tiles": key != head} for key, entry in stored.items()}
+    o_projs = [layer.self_attn.o_proj for layer in fresh.layers]  # in one tiled group
+    rows_key = kernel_tuning.group_key(o_projs[0])
+    assert rows_key in stored and all(kernel_tuning.group_key(p) == rows_key for p in o_projs)
+    stored = {key: {**entry, "tiles": key != rows_key} for key, entry in stored.items()}
     kernel_tuning.store(cache, "tile_layout", stored)
     monkeypatch.setattr(kernel_tuning, "measure_layout", lambda layers: pytest.fail("timed"))
     assert kernel_tuning.tune_layout(fresh, cache=cache) == {key: stored[key] for key in chosen}
-    assert fresh.lm_head.tiles.numel() == 0
-    assert not kernel_tuning.group_key(fresh.lm_head).endswith("tiles")
-    assert all(p.tiles.numel() for p in kernel_tuning._tiled_int4(fresh))
+    assert all(p.tiles.numel() == 0 for p in o_projs)
+    assert not kernel_tuning.group_key(o_projs[0]).endswith("tiles")
+    # Every other group keeps its tiles.
+    assert len(kernel_tuning._tiled_int4(fresh)) == len(layers) - keys.count(rows_key)
     with_decode_stack(fresh)
     tune_stack(fresh, cache=cache)
     with torch.inference_mode():
