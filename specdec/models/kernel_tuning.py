@@ -24,6 +24,7 @@ import os
 import platform
 import time
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -242,36 +243,44 @@ def store(cache: Path, name: str, entries: dict) -> None:
 PREFETCH_ROWS = (1, 4)
 
 
-def measure_prefetch(layers: list[nn.Module]) -> dict:
-    """Seconds of a sweep through `layers` (int4 layers in the tile layout, in model order,
-    as a decode step streams them) at each prefetch level and row count of
-    `PREFETCH_ROWS`, the levels taking turns `REPEATS` times (the fastest sweep of each
-    counts: noise only adds time), and the level with the least sum. Each layer runs its
-    own native kernel entry (`q4_native`), as a decode step's eager layers do."""
+def _sweep_settings(layers: list[nn.Module], settings: dict) -> dict[str, dict[str, float]]:
+    """{setting: {rows: seconds}}: the fastest of `REPEATS` sweeps through `layers` (int4,
+    in model order, as a decode step streams them) at each row count of `PREFETCH_ROWS`
+    under each setting (`settings`: name -> a callable that applies it), the settings
+    taking turns (noise only adds time). Each layer runs its own native kernel entry
+    (`q4_native`), as a decode step's eager layers do. The caller restores what was set."""
     seed = torch.Generator().manual_seed(0)
     inputs = {
         (rows, width): torch.randn(rows, width, generator=seed).to(layers[0].weight.dtype)
         for rows in PREFETCH_ROWS
         for width in sorted({layer.in_features for layer in layers})
     }
+    best = {(name, rows): float("inf") for name in settings for rows in PREFETCH_ROWS}
+    with torch.inference_mode():
+        for _ in range(REPEATS):
+            for name, rows in best:
+                settings[name]()
+                start = time.perf_counter()
+                for layer in layers:
+                    layer.run("q4_native", inputs[rows, layer.in_features])
+                best[name, rows] = min(best[name, rows], time.perf_counter() - start)
+    return {
+        name: {str(rows): round(best[name, rows], 6) for rows in PREFETCH_ROWS} for name in settings
+    }
+
+
+def measure_prefetch(layers: list[nn.Module]) -> dict:
+    """Seconds of a sweep through `layers` (int4 layers in the tile layout) at each prefetch
+    level and row count of `PREFETCH_ROWS` (`_sweep_settings`), and the level with the
+    least sum."""
     levels = native.TILE_PREFETCH_LEVELS
-    best = {(level, rows): float("inf") for level in levels for rows in PREFETCH_ROWS}
     previous = native.tile_prefetch()
     try:
-        with torch.inference_mode():
-            for _ in range(REPEATS):
-                for level, rows in best:
-                    native.set_tile_prefetch(level)
-                    start = time.perf_counter()
-                    for layer in layers:
-                        layer.run("q4_native", inputs[rows, layer.in_features])
-                    best[level, rows] = min(best[level, rows], time.perf_counter() - start)
+        seconds = _sweep_settings(
+            layers, {str(level): partial(native.set_tile_prefetch, level) for level in levels}
+        )
     finally:
         native.set_tile_prefetch(previous)
-    seconds = {
-        str(level): {str(rows): round(best[level, rows], 6) for rows in PREFETCH_ROWS}
-        for level in levels
-    }
     level = min(levels, key=lambda lv: sum(seconds[str(lv)].values()))
     size = sum(layer.stored_bytes() for layer in layers)
     return {"level": level, "seconds": seconds, "bytes": size}
@@ -307,36 +316,23 @@ def _tiled_int4(model: nn.Module) -> list[nn.Module]:
 
 
 def measure_layout(layers: list[nn.Module]) -> dict:
-    """Seconds of a sweep through `layers` (one group of int4 layers, model order) at each
-    row count of `PREFETCH_ROWS` in the tile layout and in rows, the two taking turns
-    `REPEATS` times (the fastest sweep counts), and whether the tiles were faster in sum.
-    Each layer runs its own native kernel entry (`q4_native`), which reads the tiles
-    where the layer holds them and the rows where it does not."""
-    seed = torch.Generator().manual_seed(0)
-    width = layers[0].in_features
-    inputs = {
-        r: torch.randn(r, width, generator=seed).to(layers[0].weight.dtype) for r in PREFETCH_ROWS
-    }
+    """Seconds of a sweep through `layers` (one group of int4 layers) at each row count of
+    `PREFETCH_ROWS` in the tile layout and in rows (`_sweep_settings`: `q4_native` reads
+    the tiles where a layer holds them, the rows where it does not), and whether the
+    tiles were faster in sum."""
     tiles = [layer.tiles for layer in layers]
     rows_only = torch.empty(0, dtype=torch.uint8)
-    best = {(laid, r): float("inf") for laid in (True, False) for r in PREFETCH_ROWS}
-    try:
-        with torch.inference_mode():
-            for _ in range(REPEATS):
-                for laid, r in best:
-                    for layer, t in zip(layers, tiles, strict=True):
-                        layer.tiles = t if laid else rows_only
-                    start = time.perf_counter()
-                    for layer in layers:
-                        layer.run("q4_native", inputs[r])
-                    best[laid, r] = min(best[laid, r], time.perf_counter() - start)
-    finally:
+
+    def lay(laid: bool) -> None:
         for layer, t in zip(layers, tiles, strict=True):
-            layer.tiles = t
-    seconds = {
-        way: {str(r): round(best[laid, r], 6) for r in PREFETCH_ROWS}
-        for way, laid in (("tiles", True), ("rows", False))
-    }
+            layer.tiles = t if laid else rows_only
+
+    try:
+        seconds = _sweep_settings(
+            layers, {"tiles": partial(lay, True), "rows": partial(lay, False)}
+        )
+    finally:
+        lay(True)
     faster = sum(seconds["tiles"].values()) < sum(seconds["rows"].values())
     return {"tiles": faster, "seconds": seconds, "layers": len(layers)}
 
