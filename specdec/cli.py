@@ -492,8 +492,7 @@ def cmd_train_speculator(args) -> None:
         heads_autocast=args.heads_autocast,
     )
     dtype = args.dtype or target_dtype(args.device)
-    autocast = heads_autocast(args.device) if args.heads_autocast is None else args.heads_autocast
-    heads = "under bf16 autocast" if autocast else "in fp32"
+    heads = "under bf16 autocast" if heads_autocast(args.device, args.heads_autocast) else "in fp32"
     print(f"specdec: the target runs in {dtype}, the heads train {heads}", file=sys.stderr)
     train_speculator(args.model, args.data, args.out, cfg, dtype=dtype, device=args.device)
     results = Path(args.out) / "eval.json"

@@ -391,9 +391,7 @@ class SpeculatorTrainer:
         n_eval = min(cfg.eval_prompts, max(0, len(order) - 1))
         self.eval_docs, self.train_docs = order[:n_eval], order[n_eval:]
         self.device = target.device
-        self.autocast = cfg.heads_autocast
-        if self.autocast is None:
-            self.autocast = heads_autocast(self.device.type)
+        self.autocast = heads_autocast(self.device.type, cfg.heads_autocast)
         self.log_file = self.out / "train_log.jsonl"
 
     # checkpoints -----------------------------------------------------------------
@@ -782,13 +780,13 @@ def target_dtype(device: str = "cpu") -> str:
     return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
 
 
-def heads_autocast(device: str = "cpu") -> bool:
-    """Whether the heads train under bf16 autocast when not told: where the target runs in
-    bf16 (`target_dtype`). On an Intel Xeon with AMX an optimizer step of 3 heads over
-    16,384 ids ran at 1,331-1,338 positions/s against 617-657 in fp32
+def heads_autocast(device: str = "cpu", choice: bool | None = None) -> bool:
+    """Whether the heads train under bf16 autocast: `choice` where given, else where the
+    target runs in bf16 (`target_dtype`). On an Intel Xeon with AMX an optimizer step of 3
+    heads over 16,384 ids ran at 1,331-1,338 positions/s against 617-657 in fp32
     (`docs/bench-xeon-s36/scripts/train_speed.py`); without bf16 instructions autocast
     would emulate it."""
-    return target_dtype(device) == "bf16"
+    return choice if choice is not None else target_dtype(device) == "bf16"
 
 
 def train_speculator(
