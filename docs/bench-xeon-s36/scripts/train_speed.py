@@ -38,11 +38,11 @@ report = {"machine": machine()["cpu"], "threads": torch.get_num_threads(), "targ
 targets = {d: load_transformer(resolve(model, d), d, torch.device("cpu")) for d in ("bf16", "fp32")}
 V, E = targets["bf16"].config.vocab_size, targets["bf16"].config.hidden_size
 ids = torch.randint(0, 30000, (B, T))
-for turn in range(2):
+for _turn in range(2):
     for dtype, target in targets.items():
         states = TargetStates(target)
         with torch.inference_mode():
-            s = median_s(lambda: states(ids))
+            s = median_s(lambda states=states: states(ids))
         report["target"].setdefault(dtype, []).append(round(B * T / s, 1))
 
 torch.manual_seed(0)
@@ -64,7 +64,7 @@ def step(autocast):
 
 
 report["heads"] = {}
-for turn in range(2):
+for _turn in range(2):
     for name, autocast in (("fp32", False), ("bf16 autocast", True)):
         s = median_s(lambda autocast=autocast: step(autocast))
         report["heads"].setdefault(name, []).append(round(B * T / s, 1))
