@@ -177,6 +177,13 @@ def _train_speculator_args(sub) -> None:
     p.add_argument("--stage1-steps", type=int, default=1000, help="steps on ground-truth text")
     p.add_argument("--stage2-steps", type=int, default=500, help="steps on target outputs")
     p.add_argument(
+        "--stage1-labels",
+        choices=["text", "target"],
+        default="text",
+        help="what stage 1 predicts: the text's next tokens, or the target's own greedy "
+        "choice after each prefix of it",
+    )
+    p.add_argument(
         "--stage1-data-steps",
         type=int,
         default=None,
@@ -472,6 +479,7 @@ def cmd_train_speculator(args) -> None:
         heads=args.heads,
         stage1_steps=args.stage1_steps,
         stage1_data_steps=args.stage1_data_steps,
+        stage1_labels=args.stage1_labels,
         stage2_steps=args.stage2_steps,
         batch_size=args.batch_size,
         seq_len=args.seq_len,

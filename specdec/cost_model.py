@@ -784,10 +784,22 @@ class AdaptiveWindow:
         it (`_cheap_look`)."""
         self._unlooked_s += seconds
 
-    def observe_prefill(self, rows: int, tokens_per_row: int, tokens: int, seconds: float) -> None:
-        """The target's prefill of admitted rows (see `CostModel.observe_prefill`)."""
+    def observe_prefill(
+        self, rows: int, tokens_per_row: int, tokens: int, seconds: float, fresh: bool = False
+    ) -> None:
+        """The target's prefill of admitted rows (see `CostModel.observe_prefill`).
+        `fresh`: no row was live before them, so the batch is wholly new.
+
+        A fresh batch forgets a guard's first trip (`_guard`): one losing stretch says the
+        text at hand defeats the drafter, and that text is gone. At batch 1 on the bench's
+        4 chat prompts the guard rightly tripped on the third (where k = 3 itself ran 0.8x
+        plain), and its 32-64 steps off ran into the fourth, where k = 3 paid: a cold `auto`
+        read 0.91x of k = 3 on chat (Xeon AMX, stop 36). A trip again before a check
+        passes is evidence about the drafter or the costs, not one text, and stands."""
         self.costs.observe_prefill(rows, tokens_per_row, tokens, seconds)
         self._admissions += 1
+        if fresh and self._next_backoff <= 2 * self.backoff:
+            self._off = 0
 
     def observe_catch_up(self, tokens: int, seconds: float) -> None:
         """A lazy draft's catch-up pass, kept out of the draft step's cost and the guard:

@@ -362,7 +362,7 @@ class Engine:
         # priced from it until one is timed. It computed the positions no stored prefix gave.
         lengths = states.lengths.tolist()
         self.window.observe_prefill(
-            len(admitted), max(lengths), sum(lengths), now - prefill_started
+            len(admitted), max(lengths), sum(lengths), now - prefill_started, first_row == 0
         )
         for seq, token in zip(admitted, tokens.tolist(), strict=True):
             seq.append(token, self.eos_ids, now)

@@ -248,6 +248,30 @@ def test_guard_backs_off_when_speculation_realises_less_than_plain():
     assert off_for() == 5
 
 
+def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
+    """One losing stretch is about the text at hand: when a wholly new batch is admitted
+    the guard's first trip is forgotten (it left the fourth of four chat requests plain
+    where k = 3 paid). A trip again before any check passed stands across the new batch,
+    and a batch joining live rows forgets nothing."""
+    w = AdaptiveWindow(k_max=4, guard_steps=4, backoff=5)
+    for _ in range(2):  # plain: 1 s per token
+        w.observe(1, 0, 1.0, 0.0, [], [])
+
+    def trip():  # guard_steps steps of k = 2 emitting 1 token in 2 s
+        for _ in range(w.guard_steps):
+            w.observe(1, 2, 1.8, 0.2, [1, 1], [0, 0])
+        w._reached, w._kept = [100.0, 100.0], [100.0, 100.0]  # the model says: pays
+
+    trip()
+    w.observe_prefill(1, 10, 10, 0.1)  # joins live rows: still off
+    assert w.choose(1) == 0
+    w.observe_prefill(1, 10, 10, 0.1, True)  # a new batch: forgotten
+    assert w.choose(1) > 0
+    trip()  # the second trip in a row
+    w.observe_prefill(1, 10, 10, 0.1, True)
+    assert w.choose(1) == 0
+
+
 def test_plain_reference_is_the_faster_of_two_steps():
     """One slow first plain step (a kernel's first call, a neighbour) must not make every
     window look better than it is: two plain steps per batch size, the faster kept."""

@@ -15,6 +15,7 @@ from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
+from specdec.errors import InvalidParameterError
 from specdec.speculator import load_speculator
 from specdec.speculator.train import Corpus, SpeculatorTrainer, TrainConfig
 
@@ -303,3 +304,42 @@ def test_heads_learn_under_bf16_autocast_with_fp32_weights(target, tmp_path, mon
         assert heads_autocast("cpu") is want
         assert SpeculatorTrainer(target, tok, Corpus(corpus_docs(), tok), tmp_path / "d",
                                  _cfg(heads_autocast=None)).autocast is want  # fmt: skip
+
+
+def test_stage1_can_learn_the_targets_own_choices(target, tmp_path):
+    """`stage1_labels="target"`: the heads learn the target's greedy choice after each
+    prefix of the text (what greedy verification keeps), not the text's next token. The
+    labels are the argmax of the target's logits one position back, and heads trained on
+    them match those choices better than the text, where heads trained on text do the
+    opposite (so the labels are what the loss used)."""
+    from specdec.speculator.train import PackedStream, head_losses, target_labels
+
+    tok = tiny_tokenizer()
+    corpus = Corpus(corpus_docs(), tok)
+    heads = {}
+    for labels in ("text", "target"):
+        cfg = _cfg(stage1_steps=120, stage2_steps=0, stage1_labels=labels)
+        trainer = SpeculatorTrainer(target, tok, corpus, tmp_path / labels, cfg)
+        heads[labels] = trainer.run()
+
+    stream = PackedStream(corpus, trainer.eval_docs * 8, 4, 48, tok.eos_token_id)
+    tokens = stream.next_batch()
+    hidden = trainer.states(tokens)
+    labels = target_labels(target, hidden, tokens)
+    cache = target.new_cache(4, 48)
+    logits = target(tokens, cache).logits  # [B, T, V]
+    assert torch.equal(labels[:, 1:], logits[:, :-1].argmax(-1))
+    assert torch.equal(labels[:, 0], tokens[:, 0])
+    assert (labels[:, 1:] != tokens[:, 1:]).any()  # the target disagrees with the text
+
+    valid = torch.ones_like(tokens, dtype=torch.bool)
+
+    def accuracy(spec, wanted):
+        with torch.no_grad():
+            return sum(head_losses(spec, hidden, tokens, valid, wanted)[1].acc_per_head)
+
+    on_text, on_target = heads["text"], heads["target"]
+    assert accuracy(on_target, labels) > accuracy(on_target, tokens)
+    assert accuracy(on_text, tokens) > accuracy(on_text, labels)
+    with pytest.raises(InvalidParameterError, match="stage1_labels"):
+        _cfg(stage1_labels="teacher")
