@@ -2,7 +2,10 @@
 
 Stage 1 (ground truth): documents are packed into rows `x [B, T]`; the frozen target gives
 its final-normed states `h [B, T, E]` in one pass; head i at position t learns token
-x_{t+i+2} from h_t and the true tokens x_{t+1} .. x_{t+i+1} (teacher forcing).
+x_{t+i+2} from h_t and the true tokens x_{t+1} .. x_{t+i+1} (teacher forcing). With
+`stage1_labels="target"` the label is instead the target's own greedy choice after
+x_{<=t+i+1} (`target_labels`, one product of the states with its vocabulary head): the
+token greedy verification would keep, stage 2's label without generating anything.
 
 Stage 2 (the target's own outputs): the target continues prompts from the data in batches
 (specdec's Engine, `stage2_temperature`); one more target pass over prompt + continuation
@@ -562,13 +565,7 @@ class SpeculatorTrainer:
         cache = self.out / "stage1" if fresh < cfg.stage1_steps else None
 
         def next_batch(step: int):
-            tokens, hidden = self._stage1_batch(stream, step, fresh, cache)
-            labels = None
-            if cfg.stage1_labels == "target":
-                started = time.perf_counter()
-                labels = target_labels(self.target, hidden, tokens)  # [B, T]
-                # The labels' time is the target's; its positions were counted with the states.
-                self.throughput.add("target", 0, time.perf_counter() - started)
+            tokens, hidden, labels = self._stage1_batch(stream, step, fresh, cache)
             return hidden, tokens, torch.ones_like(tokens, dtype=torch.bool), labels
 
         self._train(spec, 1, cfg.stage1_steps, cfg.lr, state, next_batch, lambda: stream.position)
@@ -576,27 +573,47 @@ class SpeculatorTrainer:
         self.save_checkpoint(spec, self._optimizer(spec, cfg.stage2_lr, None), 2, 0, 0)
 
     def _stage1_batch(self, stream: PackedStream, step: int, fresh: int, cache: Path | None):
-        """Tokens `[B, T]` and the target's states `[B, T, E]` of stage-1 `step`, which uses
-        fresh-text batch `step % fresh`: from `cache` when stored there (an earlier epoch,
-        or a run cut after its checkpoint), else the next rows of the stream (stored there
-        when caching). A fresh-text step moves the stream on even when its batch is cached,
-        so the stream stays where a resumed checkpoint put it."""
+        """Tokens `[B, T]`, the target's states `[B, T, E]` and the labels `[B, T]` (None:
+        the tokens themselves) of stage-1 `step`, which uses fresh-text batch `step % fresh`:
+        from `cache` when stored there (an earlier epoch, or a run cut after its
+        checkpoint), else the next rows of the stream (stored there when caching, with
+        the target's labels: a cached epoch then costs no target product at all). A
+        fresh-text step moves the stream on even when its batch is cached, so the stream
+        stays where a resumed checkpoint put it."""
         from safetensors.torch import load_file, save_file
 
         file = None if cache is None else cache / f"batch-{step % fresh:06d}.safetensors"
         cached = file is not None and file.is_file()
         tokens = stream.next_batch() if step < fresh or not cached else None  # [B, T]
         if cached:
-            saved = load_file(str(file))
-            return saved["tokens"].to(self.device), saved["hidden"].to(self.device)
+            saved = {k: v.to(self.device) for k, v in load_file(str(file)).items()}
+            tokens, hidden = saved["tokens"], saved["hidden"]
+            labels = saved.get("labels")
+            if labels is None:  # cached by a run that learnt the text
+                labels = self._stage1_labels(tokens, hidden)
+            return tokens, hidden, labels
         tokens = tokens.to(self.device)
         hidden = self.states(tokens)  # [B, T, E]
+        labels = self._stage1_labels(tokens, hidden)
         if file is not None:
             cache.mkdir(parents=True, exist_ok=True)
             tmp = file.with_suffix(".tmp")
-            save_file({"tokens": tokens.cpu(), "hidden": hidden.cpu().contiguous()}, str(tmp))
+            tensors = {"tokens": tokens.cpu(), "hidden": hidden.cpu().contiguous()}
+            if labels is not None:
+                tensors["labels"] = labels.cpu()
+            save_file(tensors, str(tmp))
             tmp.rename(file)
-        return tokens, hidden
+        return tokens, hidden, labels
+
+    def _stage1_labels(self, tokens: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor | None:
+        """What stage 1 predicts: None for the text, else the target's choices, timed as
+        target time (its positions were counted with the states)."""
+        if self.cfg.stage1_labels == "text":
+            return None
+        started = time.perf_counter()
+        labels = target_labels(self.target, hidden, tokens)  # [B, T]
+        self.throughput.add("target", 0, time.perf_counter() - started)
+        return labels
 
     def stage2(self, spec, state: dict | None) -> None:
         cfg = self.cfg

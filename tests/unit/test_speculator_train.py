@@ -218,26 +218,41 @@ def test_cli_train_then_generate_with_the_heads(tmp_path, capsys):
     assert tree["spec"]["drafted_tokens"] > 0
 
 
-def test_stage1_epochs_over_cached_states(target, tmp_path, monkeypatch):
+@pytest.mark.parametrize("labels", ["text", "target"])
+def test_stage1_epochs_over_cached_states(labels, target, tmp_path, monkeypatch):
     """stage1_data_steps: the target runs only for the fresh-text steps; later steps cycle
-    over their cached states, and a run cut in the cycling phase resumes bit-exactly."""
+    over their cached states (and the target's labels, where it learns those), and a run
+    cut in the cycling phase resumes bit-exactly."""
+    from safetensors.torch import load_file
+
     tok = tiny_tokenizer()
     docs = corpus_docs(60)
     cfg = _cfg(
         stage1_steps=30, stage1_data_steps=10, stage2_steps=0, checkpoint_every=10,
-        log_every=5, eval_prompts=0,
+        log_every=5, eval_prompts=0, stage1_labels=labels,
     )  # fmt: skip
     target_passes = {"n": 0}
     real_states = train_mod.TargetStates.__call__
+    real_labels = train_mod.target_labels
 
     def counting(self, *args, **kwargs):
         target_passes["n"] += 1
         return real_states(self, *args, **kwargs)
 
+    def counting_labels(*args):
+        target_passes["n"] += 1
+        return real_labels(*args)
+
     monkeypatch.setattr(train_mod.TargetStates, "__call__", counting)
+    monkeypatch.setattr(train_mod, "target_labels", counting_labels)
     whole = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "whole", cfg).run()
-    assert target_passes["n"] == 10
-    assert len(list((tmp_path / "whole" / "stage1").glob("batch-*.safetensors"))) == 10
+    assert target_passes["n"] == (10 if labels == "text" else 20)
+    files = sorted((tmp_path / "whole" / "stage1").glob("batch-*.safetensors"))
+    assert len(files) == 10
+    saved = load_file(str(files[0]))
+    assert ("labels" in saved) is (labels == "target")
+    if labels == "target":
+        assert torch.equal(saved["labels"], real_labels(target, saved["hidden"], saved["tokens"]))
     rows = [r for r in _log(tmp_path / "whole") if "loss" in r]
     assert rows[-1]["step"] == 30 and rows[-1]["loss"] < rows[0]["loss"]
 
