@@ -34,6 +34,10 @@ def _blend(old: float | None, new: float) -> float:
     return new if old is None else (1 - EMA) * old + EMA * new
 
 
+def _faster(old: float | None, new: float) -> float:
+    return new if old is None else min(old, new)
+
+
 def expected_tokens(alpha: list[float], k: int) -> float:
     """Mean tokens emitted by a step drafting k tokens (accepted prefix + 1)."""
     total, run = 1.0, 1.0
@@ -153,6 +157,7 @@ class CostModel:
     target_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
     draft_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
     _seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, T) -> passes timed
+    drafts_timed: int = 0  # draft steps timed (see `observe_draft`)
     # The host's pace: how much slower than its tables it runs now. A shared machine's
     # speed drifts by a third over seconds (the int4 1.5B's plain step 20-30 ms in one
     # run), and a pass width timed in a slow minute, priced against a plain step timed in
@@ -171,6 +176,7 @@ class CostModel:
         return cls(
             verify_s={rows: {k + 1: s for k, s in verify_curve.items()}},
             draft_step_s={rows: draft_step_s},
+            drafts_timed=2,
         )
 
     def to_json(self) -> dict:
@@ -185,6 +191,7 @@ class CostModel:
             "draft_ratio": self.draft_ratio,
             "pace": self.pace,
             "seen": [[rows, t, n] for (rows, t), n in self._seen.items()],
+            "drafts_timed": self.drafts_timed,
         }
 
     @classmethod
@@ -204,6 +211,8 @@ class CostModel:
             draft_ratio=data["draft_ratio"],
             pace=float(data.get("pace", 1.0)),
             _seen={(int(r), int(t)): int(n) for r, t, n in data["seen"]},
+            # Files from before the count: a stored draft cost is an established one.
+            drafts_timed=int(data.get("drafts_timed", 2 if data["draft_step_s"] else 0)),
         )
 
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
@@ -232,18 +241,27 @@ class CostModel:
         self, rows: int, k: int, seconds: float, first_s: float | None = None
     ) -> None:
         """A step's `seconds` drafting k tokens per row; `first_s` of them its first draft
-        token's (None: the drafter does not say)."""
+        token's (None: the drafter does not say).
+
+        The second step timed replaces the first where faster, as a verify pass's second
+        does (`observe_verify`): a drafter's first call pays one-off setup. The int4 0.5B
+        draft's first step took 48-63 ms, its next ones 22-27 (Xeon AMX, stop 37): the
+        first alone priced the draft at 1.34 plain steps a token, no window could pay, and
+        a cold `auto` never drafted again in the process (`AdaptiveWindow` takes a second
+        measuring step for this reason)."""
         if k <= 0:
             return
         seconds /= self.pace  # the tables hold seconds at pace 1
         first_s = None if first_s is None else first_s / self.pace
+        merge = _faster if self.drafts_timed == 1 else _blend
+        self.drafts_timed += 1
         if first_s is None:
-            self.draft_step_s[rows] = _blend(self.draft_step_s.get(rows), seconds / k)
+            self.draft_step_s[rows] = merge(self.draft_step_s.get(rows), seconds / k)
             return
-        self.draft_first_s[rows] = _blend(self.draft_first_s.get(rows), first_s)
+        self.draft_first_s[rows] = merge(self.draft_first_s.get(rows), first_s)
         if k > 1:
             later = max(0.0, seconds - first_s) / (k - 1)
-            self.draft_step_s[rows] = _blend(self.draft_step_s.get(rows), later)
+            self.draft_step_s[rows] = merge(self.draft_step_s.get(rows), later)
 
     def observe_prefill(self, rows: int, tokens_per_row: int, tokens: int, seconds: float) -> None:
         """The target's prefill of `rows` prompts (`tokens_per_row` the longest, `tokens`
@@ -273,6 +291,19 @@ class CostModel:
         if self.prefill_token_s is None:
             return None
         return tokens * self.prefill_token_s * self.draft_share(tokens)
+
+    def draft_unsettled(self, rows: int) -> bool:
+        """Whether the draft's cost rests on one step timed at over twice what its kernel
+        plans price it at (`draft_share` of the plain step): most likely that first call's
+        one-off setup (`observe_draft`), worth a second step before it rules out drafting.
+        A first step near its price is taken as it is (a second look there only costs:
+        batch 16, where verification is compute-bound, read 0.96x plain with one)."""
+        if self.drafts_timed != 1:
+            return False
+        drafted, plain = self.draft_time(rows), self.verify_time(rows, 1)
+        if drafted is None or plain is None:
+            return False
+        return drafted > 2 * self.draft_share(rows) * plain
 
     def draft_share(self, rows: int) -> float:
         """A pass of `rows` rows through the draft as a share of the same pass through the
@@ -702,6 +733,11 @@ class AdaptiveWindow:
             return 0
         if self.costs.draft_time(rows) is None or not self._reached:
             return 1  # nothing drafted yet: the cheapest step that measures the drafter
+        if self.costs.draft_unsettled(rows):
+            # One draft step timed, far above the plans' price: a second look, priced as a
+            # probe, before that cost decides anything (`CostModel.draft_unsettled`).
+            self._probing = True
+            return 1
         reach = min(self.k_max, 2 * self.costs.widest_measured(rows) - 1)
         k, speedup = self.costs.best_window(rows, self.alpha, reach)
         # The margin guards a start against noise; once drafting, a window predicted to
