@@ -247,8 +247,8 @@ class CostModel:
         does (`observe_verify`): a drafter's first call pays one-off setup. The int4 0.5B
         draft's first step took 48-63 ms, its next ones 22-27 (Xeon AMX, stop 37): the
         first alone priced the draft at 1.34 plain steps a token, no window could pay, and
-        a cold `auto` never drafted again in the process (`AdaptiveWindow` takes a second
-        measuring step for this reason)."""
+        a cold `auto` never drafted again in the process (`look_unsettled`: a second look
+        where that happens)."""
         if k <= 0:
             return
         seconds /= self.pace  # the tables hold seconds at pace 1
@@ -292,18 +292,28 @@ class CostModel:
             return None
         return tokens * self.prefill_token_s * self.draft_share(tokens)
 
-    def draft_unsettled(self, rows: int) -> bool:
-        """Whether the draft's cost rests on one step timed at over twice what its kernel
-        plans price it at (`draft_share` of the plain step): most likely that first call's
-        one-off setup (`observe_draft`), worth a second step before it rules out drafting.
-        A first step near its price is taken as it is (a second look there only costs:
-        batch 16, where verification is compute-bound, read 0.96x plain with one)."""
-        if self.drafts_timed != 1:
+    def look_unsettled(self, rows: int) -> bool:
+        """Whether the costs a first look measured rest on one step timed at over twice
+        what the kernel plans price it at: the draft step (against `draft_share` of the
+        plain step) or the look's two-token pass (against the plain step grown as the
+        target's plans grow from one row to two). Most likely that first call's one-off
+        setup (`observe_draft`, `observe_verify`), worth a second step before it rules
+        drafting out: a cold `auto` whose first two-token pass took 100 ms against a
+        47 ms plain step (steady: 52) never drafted in four chat requests (0.96x plain,
+        Xeon AMX, stop 37). A look timed near its price is taken as it is (a second look
+        there only costs: batch 16, where verification is compute-bound, read 0.96x plain
+        with one)."""
+        if self.drafts_timed != 1 or self._seen.get((rows, 2), 0) > 1:
             return False
         drafted, plain = self.draft_time(rows), self.verify_time(rows, 1)
+        pair = self.verify_s.get(rows, {}).get(2)
         if drafted is None or plain is None:
             return False
-        return drafted > 2 * self.draft_share(rows) * plain
+        if drafted > 2 * self.draft_share(rows) * plain:
+            return True
+        one, two = (_interpolate(self.target_plan_s, n) for n in (rows, 2 * rows))
+        grown = two / one if one and two else 1.0
+        return pair is not None and pair * self.pace > 2 * grown * plain
 
     def draft_share(self, rows: int) -> float:
         """A pass of `rows` rows through the draft as a share of the same pass through the
@@ -733,9 +743,9 @@ class AdaptiveWindow:
             return 0
         if self.costs.draft_time(rows) is None or not self._reached:
             return 1  # nothing drafted yet: the cheapest step that measures the drafter
-        if self.costs.draft_unsettled(rows):
-            # One draft step timed, far above the plans' price: a second look, priced as a
-            # probe, before that cost decides anything (`CostModel.draft_unsettled`).
+        if self.costs.look_unsettled(rows):
+            # A first look timed far above the plans' price: a second one, priced as a
+            # probe, before those costs decide anything (`CostModel.look_unsettled`).
             self._probing = True
             return 1
         reach = min(self.k_max, 2 * self.costs.widest_measured(rows) - 1)

@@ -272,11 +272,12 @@ def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
     assert w.choose(1) == 0
 
 
-def test_a_first_draft_step_far_over_its_price_is_timed_again():
-    """A drafter's first call pays one-off setup: the int4 0.5B draft's first step took
-    63 ms, its next ones 22-27, against a 47 ms plain step (Xeon AMX). Priced on the first
-    alone no window paid and a cold `auto` never drafted again. A first step over twice
-    the plans' price gets a second look, whose timing replaces the first where faster."""
+def test_a_first_look_timed_far_over_its_price_is_taken_again():
+    """A first call pays one-off setup: the int4 0.5B draft's first step took 63 ms, its
+    next ones 22-27, and the target's first two-token pass 100 ms where later ones took
+    52, against a 47 ms plain step (Xeon AMX). Priced on those alone no window paid and a
+    cold `auto` never drafted again. A look timed at over twice the plans' price gets a
+    second one, whose timings replace the first where faster."""
     w = AdaptiveWindow()
     w.set_draft_ratio(0.27)
     for _ in range(2):
@@ -295,7 +296,20 @@ def test_a_first_draft_step_far_over_its_price_is_timed_again():
         w.observe(1, 0, 0.047, 0.0, [], [])
     w.choose(1)
     w.observe(1, 1, 0.052, 0.020, [1], [0], draft_first_s=0.020)
-    assert not w.costs.draft_unsettled(1)
+    assert not w.costs.look_unsettled(1)
+    # The look's two-token pass timed far over the plain step (its first call) also gets a
+    # second look, whose timing replaces the first.
+    w = AdaptiveWindow()
+    w.set_draft_ratio(0.27)
+    for _ in range(2):
+        w.observe(1, 0, 0.047, 0.0, [], [])
+    w.choose(1)
+    w.observe(1, 1, 0.100, 0.024, [1], [1], draft_first_s=0.024)
+    assert w.choose(1) == 1
+    w.observe(1, 1, 0.052, 0.024, [1], [1], draft_first_s=0.024)
+    assert w.costs.verify_time(1, 2) == pytest.approx(0.052)
+    assert not w.costs.look_unsettled(1)
+    assert w.choose(1) >= 1
 
 
 def test_plain_reference_is_the_faster_of_two_steps():
