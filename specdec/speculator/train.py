@@ -387,9 +387,9 @@ def target_labels(target, hidden: torch.Tensor, tokens: torch.Tensor) -> torch.T
     """The target's greedy choice after each prefix of `tokens` `[B, T]`: position j holds
     the argmax of its logits at j - 1 (position 0 keeps the text's token), computed from
     its states `hidden [B, T, E]` 256 positions at a time (their logits over a 152k
-    vocabulary are 78 MB in bf16), as 2-D products: `F.linear` on a 3-D bf16 input took
-    1.6 s for 255 positions of the 1.5B's vocabulary head where the same product in 2-D
-    took 0.14 s (Xeon AMX, torch 2.13).
+    vocabulary are 78 MB in bf16), as 2-D products: `F.linear` on a 3-D bf16 slice that
+    is not contiguous took 1.5-1.6 s for 1-255 positions of the 1.5B's vocabulary head,
+    where the same product in 2-D took 0.03-0.14 s (Xeon AMX, torch 2.13).
 
     Why: greedy verification keeps a draft token exactly when it is the target's argmax,
     so that, not the text, is what a head must predict. On text, stage 1 asks for the
