@@ -157,7 +157,8 @@ class CostModel:
     target_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
     draft_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
     _seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, T) -> passes timed
-    drafts_timed: int = 0  # draft steps timed (see `observe_draft`)
+    # Draft steps timed (see `observe_draft`); a count, not a measurement: not compared.
+    drafts_timed: int = field(default=0, compare=False)
     # The host's pace: how much slower than its tables it runs now. A shared machine's
     # speed drifts by a third over seconds (the int4 1.5B's plain step 20-30 ms in one
     # run), and a pass width timed in a slow minute, priced against a plain step timed in
@@ -191,7 +192,6 @@ class CostModel:
             "draft_ratio": self.draft_ratio,
             "pace": self.pace,
             "seen": [[rows, t, n] for (rows, t), n in self._seen.items()],
-            "drafts_timed": self.drafts_timed,
         }
 
     @classmethod
@@ -211,8 +211,14 @@ class CostModel:
             draft_ratio=data["draft_ratio"],
             pace=float(data.get("pace", 1.0)),
             _seen={(int(r), int(t)): int(n) for r, t, n in data["seen"]},
-            # Files from before the count: a stored draft cost is an established one.
-            drafts_timed=int(data.get("drafts_timed", 2 if data["draft_step_s"] else 0)),
+            # A stored draft cost counts as one timing: this process's first replaces it
+            # where faster, and one far above the plans' price is looked at again
+            # (`look_unsettled`). A cache written on a busy host (the bf16 1.5B with its
+            # int4 0.5B draft, timed beside another 2-thread process: the draft at 0.55 of
+            # a plain step, quiet 0.15) otherwise kept every later process from drafting:
+            # none looked, so none re-timed it (`make demo`: 1.05x plain, 2.2x without the
+            # cache; Xeon AMX, stop 37).
+            drafts_timed=1 if data["draft_step_s"] or data.get("draft_first_s") else 0,
         )
 
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
@@ -303,17 +309,19 @@ class CostModel:
         Xeon AMX, stop 37). A look timed near its price is taken as it is (a second look
         there only costs: batch 16, where verification is compute-bound, read 0.96x plain
         with one)."""
-        if self.drafts_timed != 1 or self._seen.get((rows, 2), 0) > 1:
+        if self.drafts_timed != 1:
             return False
         drafted, plain = self.draft_time(rows), self.verify_time(rows, 1)
-        pair = self.verify_s.get(rows, {}).get(2)
         if drafted is None or plain is None:
             return False
         if drafted > 2 * self.draft_share(rows) * plain:
             return True
+        pair = self.verify_s.get(rows, {}).get(2)
+        if pair is None or self._seen.get((rows, 2), 0) != 1:
+            return False
         one, two = (_interpolate(self.target_plan_s, n) for n in (rows, 2 * rows))
         grown = two / one if one and two else 1.0
-        return pair is not None and pair * self.pace > 2 * grown * plain
+        return pair * self.pace > 2 * grown * plain
 
     def draft_share(self, rows: int) -> float:
         """A pass of `rows` rows through the draft as a share of the same pass through the
@@ -744,10 +752,12 @@ class AdaptiveWindow:
         if self.costs.draft_time(rows) is None or not self._reached:
             return 1  # nothing drafted yet: the cheapest step that measures the drafter
         if self.costs.look_unsettled(rows):
-            # A first look timed far above the plans' price: a second one, priced as a
-            # probe, before those costs decide anything (`CostModel.look_unsettled`).
+            # A first look (or a stored cost) timed far above the plans' price: a second
+            # look, priced as a probe, before those costs decide anything
+            # (`CostModel.look_unsettled`). Two tokens wide, so that it re-times a draft
+            # step's first token and the ones after it.
             self._probing = True
-            return 1
+            return min(2, self.k_max)
         reach = min(self.k_max, 2 * self.costs.widest_measured(rows) - 1)
         k, speedup = self.costs.best_window(rows, self.alpha, reach)
         # The margin guards a start against noise; once drafting, a window predicted to

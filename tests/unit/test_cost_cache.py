@@ -84,3 +84,36 @@ def test_a_fresh_llm_starts_from_the_last_ones_acceptance(tiny_dir, tmp_path, mo
     stored.write_text(json.dumps(data | {"acceptance": {"reached": [1.0], "kept": [3.0]}}))
     third = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="fp32")
     assert third.engine.window.acceptance_state() == {"reached": [], "kept": []}
+
+
+def test_a_stored_draft_cost_far_over_its_price_is_looked_at_again():
+    """A cache written on a busy host priced the int4 0.5B draft at 0.55 of the bf16
+    1.5B's plain step (quiet: 0.15): no window paid, so no later process drafted, looked
+    or re-timed it (`make demo` at 1.05x plain, 2.2x with the cache off). A stored draft
+    cost counts as one timing: far over the plans' price it gets a look, and the look's
+    faster timing replaces it."""
+    busy = CostModel()
+    for _ in range(3):
+        busy.observe_verify(1, 1, 0.274)
+    busy.observe_verify(1, 9, 0.300)
+    for _ in range(3):
+        busy.observe_draft(1, 4, 0.600, 0.150)
+    data = json.loads(json.dumps(busy.to_json()))
+
+    window = AdaptiveWindow()
+    window.costs = CostModel.from_json(data)
+    window.set_draft_ratio(0.08)  # the bytes a draft step reads, against the target's
+    window.start_from({"reached": [8.0, 6.0, 5.0], "kept": [6.0, 5.0, 4.0]})
+    assert window.choose(1) == 2  # a look, where the stored costs alone say plain
+    window.observe(1, 2, 0.145, 0.040, [1, 1], [1, 1], draft_first_s=0.020)
+    assert window.costs.draft_seconds(1, 2) == pytest.approx(0.040)
+    assert window.choose(1) > 0
+
+    # Stored at its price, the warm start is taken as it is: no look is forced.
+    calm = CostModel()
+    for _ in range(3):
+        calm.observe_verify(1, 1, 0.130)
+    calm.observe_draft(1, 1, 0.020, 0.020)
+    loaded = CostModel.from_json(json.loads(json.dumps(calm.to_json())))
+    loaded.draft_ratio = 0.08
+    assert not loaded.look_unsettled(1)
