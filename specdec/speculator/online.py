@@ -51,6 +51,7 @@ from specdec.speculator.model import WEIGHTS, MLPSpeculator
 
 logger = logging.getLogger("specdec.learn")
 STATE = "learn_state.json"
+STALL_ESTIMATES = 4  # a micro-batch counts at most this many of its estimated seconds
 OPTIMIZER = "learn_optimizer.pt"
 
 
@@ -209,6 +210,13 @@ class OnlineLearner:
                 trained = True
             spent = self._clock() - now
             self.train_s += spent
+            # A micro-batch far over its estimate was stalled (a paused process, a swapped
+            # page, a neighbour), not slow: it counts at most STALL_ESTIMATES estimates,
+            # against the budget and in the estimate. Counted whole, one 10-minute pause
+            # mid-batch left the credit 600 s short and the estimate at minutes, and a
+            # replay learnt nothing for its last 400 requests (stop 37).
+            if self._micro_s:
+                spent = min(spent, STALL_ESTIMATES * self._micro_s)
             self._micro_s = spent if not self._micro_s else 0.8 * self._micro_s + 0.2 * spent
             if idle:
                 self._idle_tokens -= seen

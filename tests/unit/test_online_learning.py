@@ -169,6 +169,34 @@ def test_training_takes_at_most_its_budget_of_wall_time(target, budget):
     assert max(waits) == pytest.approx(0.3) and learner.steps > 0
 
 
+def test_a_stalled_micro_batch_does_not_starve_training(target):
+    """A micro-batch that took 600 s (the process was paused mid-batch) counts as a few
+    estimates: training resumes at its budget soon after, instead of waiting for the
+    serving time that 600 s would earn (1,800 s at a 0.25 budget)."""
+    learner, clock = _timed_learner(target, 0.25, micro_s=0.3)
+    for _ in range(100):
+        clock.now += 0.05
+        learner.between_steps()
+    real_step = learner._micro_step
+    stalled = {"once": True}
+
+    def maybe_stalled():
+        if stalled.pop("once", False):
+            clock.now += 600.0
+        return real_step()
+
+    learner._micro_step = maybe_stalled
+    while stalled:
+        clock.now += 0.05
+        learner.between_steps()
+    steps = learner.steps
+    for _ in range(400):  # 20 s of serving
+        clock.now += 0.05
+        learner.between_steps()
+    assert learner.steps > steps
+    assert learner._micro_s < 2.0
+
+
 def test_budget_one_trains_after_every_step(target):
     learner, clock = _timed_learner(target, 1.0, micro_s=0.3)
     assert all(learner.between_steps() for _ in range(8)) and learner.steps == 2
