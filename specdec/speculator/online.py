@@ -212,9 +212,9 @@ class OnlineLearner:
             self.train_s += spent
             # A micro-batch far over its estimate was stalled (a paused process, a swapped
             # page, a neighbour), not slow: it counts at most STALL_ESTIMATES estimates,
-            # against the budget and in the estimate. Counted whole, one 10-minute pause
-            # mid-batch left the credit 600 s short and the estimate at minutes, and a
-            # replay learnt nothing for its last 400 requests (stop 37).
+            # against the budget and in the estimate. Counted whole, one micro-batch paused
+            # for 413 s left the credit that far short and the estimate at minutes, and a
+            # replay learnt nothing for its next 186 requests (stop 37).
             if self._micro_s:
                 spent = min(spent, STALL_ESTIMATES * self._micro_s)
             self._micro_s = spent if not self._micro_s else 0.8 * self._micro_s + 0.2 * spent

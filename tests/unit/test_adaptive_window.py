@@ -272,17 +272,24 @@ def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
     assert w.choose(1) == 0
 
 
+def _looking_window() -> AdaptiveWindow:
+    """A window with a 0.27 draft ratio and two 47 ms plain steps, about to take its first
+    k = 1 look (the int4 pair as traced on the Xeon AMX)."""
+    w = AdaptiveWindow()
+    w.set_draft_ratio(0.27)
+    for _ in range(2):
+        w.observe(1, 0, 0.047, 0.0, [], [])
+    assert w.choose(1) == 1  # the first look
+    return w
+
+
 def test_a_first_look_timed_far_over_its_price_is_taken_again():
     """A first call pays one-off setup: the int4 0.5B draft's first step took 63 ms, its
     next ones 22-27, and the target's first two-token pass 100 ms where later ones took
     52, against a 47 ms plain step (Xeon AMX). Priced on those alone no window paid and a
     cold `auto` never drafted again. A look timed at over twice the plans' price gets a
     second one, whose timings replace the first where faster."""
-    w = AdaptiveWindow()
-    w.set_draft_ratio(0.27)
-    for _ in range(2):
-        w.observe(1, 0, 0.047, 0.0, [], [])
-    assert w.choose(1) == 1  # the first look
+    w = _looking_window()
     w.observe(1, 1, 0.070, 0.063, [1], [1], draft_first_s=0.063)
     assert w.choose(1) == 2  # a second look, two tokens wide, not plain decoding
     w.observe(1, 2, 0.056, 0.048, [1, 1], [1, 1], draft_first_s=0.024)
@@ -290,20 +297,12 @@ def test_a_first_look_timed_far_over_its_price_is_taken_again():
     assert w.costs.draft_seconds(1, 1) == pytest.approx(0.024)
     assert w.choose(1) >= 1  # drafting pays at its settled cost
     # A first step near its price is taken as it is: no second look.
-    w = AdaptiveWindow()
-    w.set_draft_ratio(0.27)
-    for _ in range(2):
-        w.observe(1, 0, 0.047, 0.0, [], [])
-    w.choose(1)
+    w = _looking_window()
     w.observe(1, 1, 0.052, 0.020, [1], [0], draft_first_s=0.020)
     assert not w.costs.look_unsettled(1)
     # The look's two-token pass timed far over the plain step (its first call) also gets a
     # second look, whose timing replaces the first.
-    w = AdaptiveWindow()
-    w.set_draft_ratio(0.27)
-    for _ in range(2):
-        w.observe(1, 0, 0.047, 0.0, [], [])
-    w.choose(1)
+    w = _looking_window()
     w.observe(1, 1, 0.100, 0.024, [1], [1], draft_first_s=0.024)
     assert w.choose(1) == 2
     w.observe(1, 2, 0.056, 0.048, [1, 1], [1, 1], draft_first_s=0.024)
