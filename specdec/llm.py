@@ -33,7 +33,7 @@ from specdec.distributed import (
     shared_seeds,
     shared_window,
 )
-from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
+from specdec.drafters import DraftModelDrafter, EagleDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.drafters.draft_model import check_same_tokenizer
 from specdec.drafters.draft_vocab import frequent_ids, prune_vocab_head
 from specdec.engine import Completion, Engine
@@ -43,6 +43,7 @@ from specdec.models.kernel_tuning import tune_kernels, tune_layout, tune_prefetc
 from specdec.models.loading import load_transformer
 from specdec.models.quant import QUANTS, quantize, with_decode_stack
 from specdec.models.static_pass import use_static_passes
+from specdec.speculator.eagle import is_eagle_dir, load_eagle
 from specdec.speculator.model import is_speculator_dir, load_speculator
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
@@ -56,7 +57,8 @@ class LLM:
 
     draft: None (plain decoding), "ngram" (prompt lookup), a model name / path sharing
         the target's tokenizer, or a directory of speculator heads trained for this target
-        (`specdec train-speculator`; their config.json says "mlp_speculator").
+        (`specdec train-speculator`; their config.json says "mlp_speculator"), or of an
+        eagle head (one layer over the target's states; "specdec_eagle").
     speculate: tokens drafted per step (int, 0 = off) or "auto" (chosen each step from the
         measured acceptance and costs, up to `k_max`). Defaults to "auto" with a drafter.
     acceptor: "rejection" (lossless, default), "greedy" (lossless for greedy requests),
@@ -126,7 +128,8 @@ class LLM:
         self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
         if draft_tp not in (1, tp):
             raise InvalidParameterError(f"draft_tp must be 1 or tp ({tp}), got {draft_tp}")
-        if draft_tp > 1 and draft is not None and is_speculator_dir(draft):
+        heads = draft is not None and (is_speculator_dir(draft) or is_eagle_dir(draft))
+        if draft_tp > 1 and heads:
             raise InvalidParameterError(
                 "speculator heads are replicated on every rank (they are small): "
                 "use --draft-tp 1 with them"
@@ -134,7 +137,7 @@ class LLM:
         self.draft_tp = draft_tp
         if draft_vocab < 0:
             raise InvalidParameterError(f"draft_vocab must be >= 0, got {draft_vocab}")
-        if draft_vocab and (draft is None or draft == "ngram" or is_speculator_dir(draft)):
+        if draft_vocab and (draft is None or draft == "ngram" or heads):
             raise InvalidParameterError(
                 "--draft-vocab cuts a draft model's vocabulary head: it needs a draft model "
                 "as --draft (speculator heads take theirs from train-speculator --draft-vocab)"
@@ -173,7 +176,7 @@ class LLM:
         self.quant = quant
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
-        self.speculator = self.learner = None
+        self.speculator = self.learner = self.eagle = None
         self.tree = _parse_tree(tree)
         self.n_candidates = n_candidates
         if learn:
@@ -192,8 +195,9 @@ class LLM:
         if self.tree is not None and self.speculator is None:
             raise InvalidParameterError("--tree needs speculator heads as --draft")
         tree_nodes = factory(1, 1).max_nodes if self.tree is not None else 0
-        if self.speculator is not None and isinstance(window, AdaptiveWindow):
-            n = self.speculator.config.n_predict  # the heads draft at most n tokens
+        heads_model = self.speculator or self.eagle
+        if heads_model is not None and isinstance(window, AdaptiveWindow):
+            n = heads_model.config.n_predict  # the heads draft at most n tokens
             window = AdaptiveWindow(k_max=min(window.k_max, n))
         if max_len is not None:  # a server's fixed budget, never past the model's context
             headroom = max(window.k_max, tree_nodes) + 2
@@ -241,6 +245,9 @@ class LLM:
     def _drafter_factory(self, draft: str, dtype: str, device: str, quant: str):
         if draft == "ngram":
             return lambda max_batch, max_len: NgramDrafter()
+        if is_eagle_dir(draft):
+            self.eagle = load_eagle(draft, self.model, self.model.dtype, device)
+            return lambda max_batch, max_len: EagleDrafter(self.eagle, max_batch, max_len)
         if is_speculator_dir(draft):
             # Under tensor parallelism every rank holds all the heads (they are small) and
             # drafts alike from the whole hidden state, which every rank has after the

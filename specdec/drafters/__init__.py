@@ -2,6 +2,7 @@
 
 from specdec.drafters.base import Drafter, DrafterBase, PassStates
 from specdec.drafters.draft_model import DraftModelDrafter
+from specdec.drafters.eagle import EagleDrafter
 from specdec.drafters.ngram import NgramDrafter
 from specdec.drafters.speculator import SpeculatorDrafter
 
@@ -9,6 +10,7 @@ __all__ = [
     "DraftModelDrafter",
     "Drafter",
     "DrafterBase",
+    "EagleDrafter",
     "NgramDrafter",
     "PassStates",
     "SpeculatorDrafter",

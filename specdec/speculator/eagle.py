@@ -1,0 +1,326 @@
+"""A feature-level draft head: one decoder layer over the target's own states (EAGLE, Li et
+al. 2024, arXiv:2401.15077), for where the MLP heads (`specdec.speculator.model`) plateau.
+
+The MLP heads see one state, the target's at the last committed position, and must guess
+every later token from it. This head reads the target's states at *every* committed
+position through attention, and drafts by predicting the target's next state, which the
+target's own vocabulary head then scores:
+
+    in_j   = fc([embed(x_{j+1}), f_j])               # [E]: the token after j, j's state
+    h_j    = in_j + Attn(norm1(in_j) | in_0..in_j)   # causal, RoPE at position j
+    f^_{j+1} = norm(h_j + MLP(norm2(h_j)))            # predicts f_{j+1}
+    logits = head_rows @ f^_{j+1}                    # the target's lm_head, draft vocab
+
+f is the target's final-normed state (what the engine's passes hand drafters, `PassStates`),
+x the committed tokens, E the hidden size. `embed` and `head_rows` are the target's frozen
+tables (the rows of the `N` draft-vocabulary ids, `vocab_map [N]`); the layer has the
+target's attention shape (heads, kv heads, head dim, RoPE base) and its own MLP width.
+
+Drafting: a row's committed positions enter with the target's true states (`f_j`); the
+first draft token comes from the newest of them; each later draft step feeds back the
+head's own prediction as the state (`f^`) and the token it drafted. Training
+(`teacher_forced`, `unrolled`) does the same in parallel over whole sequences.
+
+Files: `config.json` (architectures ["SpecdecEagleHead"], model_type "specdec_eagle"; no
+other stack reads it) and `model.safetensors` with the layer's tensors and `vocab_map`;
+the target's tables are taken from the target at load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from torch import nn
+
+from specdec.errors import (
+    IncompatibleDraftError,
+    InvalidParameterError,
+    ModelIntegrityError,
+    ModelNotFoundError,
+)
+from specdec.speculator.model import _read, target_tables
+
+MODEL_TYPE = "specdec_eagle"
+ARCHITECTURE = "SpecdecEagleHead"
+WEIGHTS = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class EagleConfig:
+    hidden_size: int  # E, the target's
+    intermediate_size: int  # the head's MLP width
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int  # N, draft-vocabulary ids the head scores
+    target_vocab_size: int  # V
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    n_predict: int = 5  # the longest chain it drafts (the engine's window is capped there)
+
+    def __post_init__(self) -> None:
+        if min(self.hidden_size, self.intermediate_size, self.num_heads, self.head_dim) < 1:
+            raise InvalidParameterError("eagle head config: sizes must be >= 1")
+        if self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
+            raise InvalidParameterError(
+                f"eagle head config: {self.num_heads} heads do not share "
+                f"{self.num_kv_heads} key/value heads evenly"
+            )
+        if not 1 <= self.vocab_size <= self.target_vocab_size:
+            raise InvalidParameterError(
+                f"eagle head config: vocab_size must be in [1, {self.target_vocab_size}]"
+            )
+        if self.n_predict < 1:
+            raise InvalidParameterError("eagle head config: n_predict must be >= 1")
+
+    def to_json(self) -> dict:
+        return {"architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> EagleConfig:
+        fields = set(cls.__dataclass_fields__)
+        missing = sorted(
+            f for f in fields - {"rope_theta", "rms_norm_eps", "n_predict"} if f not in data
+        )
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)}")
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+def rope(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin `[..., D]` (fp32) for integer positions (the HF non-interleaved halves)."""
+    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
+    freqs = positions[..., None].float() * inv
+    emb = torch.cat((freqs, freqs), -1)
+    return emb.cos(), emb.sin()
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+class EagleHead(nn.Module):
+    def __init__(
+        self,
+        config: EagleConfig,
+        embed: torch.Tensor,  # [V, E] the target's embedding (frozen, not stored)
+        head_rows: torch.Tensor,  # [N, E] the target's lm_head rows of vocab_map
+        vocab_map: torch.Tensor,  # [N] target ids
+    ) -> None:
+        super().__init__()
+        c = config
+        E = c.hidden_size
+        self.config = c
+        self.register_buffer("embed", embed, persistent=False)
+        self.register_buffer("head_rows", head_rows, persistent=False)
+        self.register_buffer("vocab_map", vocab_map.long())
+        self.fc = nn.Linear(2 * E, E)
+        self.norm1 = nn.RMSNorm(E, eps=c.rms_norm_eps)
+        self.q = nn.Linear(E, c.num_heads * c.head_dim)
+        self.k = nn.Linear(E, c.num_kv_heads * c.head_dim)
+        self.v = nn.Linear(E, c.num_kv_heads * c.head_dim)
+        self.o = nn.Linear(c.num_heads * c.head_dim, E, bias=False)
+        self.norm2 = nn.RMSNorm(E, eps=c.rms_norm_eps)
+        self.gate_up = nn.Linear(E, 2 * c.intermediate_size, bias=False)
+        self.down = nn.Linear(c.intermediate_size, E, bias=False)
+        self.norm = nn.RMSNorm(E, eps=c.rms_norm_eps)
+
+    # the pieces ----------------------------------------------------------------------
+
+    def inputs(self, tokens_next: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        """`[..., E]` layer inputs from the next tokens `[...]` and the states `[..., E]`."""
+        e = self.embed[tokens_next].to(feats.dtype)
+        return self.fc(torch.cat([e, feats], -1))
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor):
+        """x `[B, T, E]`, positions `[B, T]` -> q `[B, H, T, D]`, k, v `[B, Hkv, T, D]`."""
+        c = self.config
+        B, T, _ = x.shape
+        x = self.norm1(x)
+        cos, sin = rope(positions, c.head_dim, c.rope_theta)
+        cos, sin = cos[:, :, None].to(x.dtype), sin[:, :, None].to(x.dtype)
+        q = _rotate(self.q(x).view(B, T, c.num_heads, c.head_dim), cos, sin)
+        k = _rotate(self.k(x).view(B, T, c.num_kv_heads, c.head_dim), cos, sin)
+        v = self.v(x).view(B, T, c.num_kv_heads, c.head_dim)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def attend(self, q, k, v, mask: torch.Tensor | None = None, causal: bool = False):
+        """`[B, T, E]`: the attention block's output (before the residual)."""
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True
+        )
+        B, _, T, _ = out.shape
+        return self.o(out.transpose(1, 2).reshape(B, T, -1))
+
+    def finish(self, h: torch.Tensor) -> torch.Tensor:
+        """The MLP block and the final norm: the residual stream `[.., E]` -> f^."""
+        gate, up = self.gate_up(self.norm2(h)).chunk(2, -1)
+        return self.norm(h + self.down(F.silu(gate) * up))
+
+    def logits(self, f: torch.Tensor) -> torch.Tensor:
+        """`[..., N]` draft-vocabulary logits of states `[..., E]`."""
+        return F.linear(f, self.head_rows.to(f.dtype))
+
+    # whole sequences (training, evaluation) ------------------------------------------
+
+    def teacher_forced(self, tokens_next, feats, positions) -> torch.Tensor:
+        """`[B, T, E]` f^: at every position the first draft step from true states."""
+        return self.unrolled(tokens_next, feats, positions, 1)[0]
+
+    def unrolled(self, tokens_next, feats, positions, steps: int) -> list[torch.Tensor]:
+        """Draft steps 1..steps at every position of `[B, T]` sequences, each `[B, T, E]`
+        (a training-time test, as HASS and EAGLE-3 do, so later steps learn from the
+        head's own predicted states rather than only the target's).
+
+        Step s at position p reads step s-1's prediction made at p-1 and the true next
+        token (the case that counts: the earlier drafts were right). It attends to the
+        true entries at positions <= p-s+1 and to the entries steps 2..s made on its own
+        chain (step i's at position p-(s-i)): exactly what drafting s steps from a row
+        whose newest true position is p-s+1 sees."""
+        x = self.inputs(tokens_next, feats)
+        q, k, v = self.qkv(x, positions)
+        preds = [self.finish(x + self.attend(q, k, v, causal=True))]
+        T = x.shape[1]
+        p = torch.arange(T, device=x.device)
+        keys, values = [k], [v]
+        for s in range(2, steps + 1):
+            prev = torch.cat([preds[-1][:, :1], preds[-1][:, :-1]], 1)  # step s-1 at p-1
+            xs = self.inputs(tokens_next, prev)
+            qs, ks, vs = self.qkv(xs, positions)
+            keys.append(ks)
+            values.append(vs)
+            blocks = [p[None, :] <= p[:, None] - s + 1]
+            blocks += [p[None, :] == p[:, None] - (s - i) for i in range(2, s + 1)]
+            mask = torch.cat(blocks, 1)  # [T, T * s]; a row always sees itself
+            att = self.attend(qs, torch.cat(keys, 2), torch.cat(values, 2), mask=mask)
+            preds.append(self.finish(xs + att))
+        return preds
+
+    # files -----------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path).expanduser()
+        path.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(path / WEIGHTS))
+        (path / "config.json").write_text(json.dumps(self.config.to_json(), indent=2) + "\n")
+
+
+def build_eagle(
+    target,
+    vocab_map: torch.Tensor | None = None,
+    intermediate_size: int | None = None,
+    n_predict: int = 5,
+) -> EagleHead:
+    """A fresh (fp32) head for a native target Transformer. It starts as the identity on
+    the state (fc passes f_j through, the blocks' outputs are small): its first drafts
+    repeat the target's last choice, a start near the states it must learn to predict."""
+    tcfg = target.config
+    V = tcfg.vocab_size
+    vocab_map = torch.arange(V) if vocab_map is None else vocab_map.long()
+    cfg = EagleConfig(
+        hidden_size=tcfg.hidden_size,
+        intermediate_size=intermediate_size or tcfg.intermediate_size,
+        num_heads=tcfg.num_heads,
+        num_kv_heads=tcfg.num_kv_heads,
+        head_dim=tcfg.head_dim,
+        vocab_size=len(vocab_map),
+        target_vocab_size=V,
+        rope_theta=tcfg.rope_theta,
+        rms_norm_eps=tcfg.rms_norm_eps,
+        n_predict=n_predict,
+    )
+    embed, rows = _tables(target, vocab_map)
+    head = EagleHead(cfg, embed.float(), rows.float(), vocab_map)
+    E = cfg.hidden_size
+    with torch.no_grad():
+        head.fc.weight.zero_()
+        head.fc.weight[:, E:] = torch.eye(E)
+        head.fc.bias.zero_()
+        head.o.weight.mul_(0.1)
+        head.down.weight.mul_(0.1)
+        head.norm.weight.copy_(target.norm.weight.float())
+    return head
+
+
+def _tables(target, vocab_map: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    embed, head = target_tables(target)
+    return embed.detach(), head.detach()[vocab_map.to(head.device)]
+
+
+def is_eagle_dir(path: str | Path) -> bool:
+    """True for a directory whose config.json describes an eagle head."""
+    file = Path(path).expanduser() / "config.json"
+    if not file.is_file():
+        return False
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError):
+        return False
+    return data.get("model_type") == MODEL_TYPE
+
+
+def load_eagle(
+    path: str | Path,
+    target,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> EagleHead:
+    """Load an eagle head directory for `target` (whose tables it reads)."""
+    path = Path(path).expanduser()
+    config_file, weights = path / "config.json", path / WEIGHTS
+    if not config_file.is_file():
+        raise ModelNotFoundError(f"{path}: no config.json (not an eagle head directory)")
+    if not weights.is_file():
+        raise ModelNotFoundError(f"{path}: no {WEIGHTS} weight file")
+    try:
+        cfg = EagleConfig.from_json(json.loads(config_file.read_text()))
+    except (ValueError, TypeError) as err:
+        raise ModelIntegrityError(f"{config_file}: unreadable eagle head config ({err})") from err
+    tcfg = target.config
+    shape = (tcfg.hidden_size, tcfg.num_heads, tcfg.num_kv_heads, tcfg.head_dim, tcfg.vocab_size)
+    if shape != (
+        cfg.hidden_size,
+        cfg.num_heads,
+        cfg.num_kv_heads,
+        cfg.head_dim,
+        cfg.target_vocab_size,
+    ):
+        raise IncompatibleDraftError(
+            f"the eagle head in {path} was built for another model (hidden {cfg.hidden_size}, "
+            f"{cfg.num_heads}/{cfg.num_kv_heads} heads of {cfg.head_dim}, vocabulary "
+            f"{cfg.target_vocab_size}); the target has hidden {tcfg.hidden_size}, "
+            f"{tcfg.num_heads}/{tcfg.num_kv_heads} heads of {tcfg.head_dim}, vocabulary "
+            f"{tcfg.vocab_size}"
+        )
+    tensors = _read(weights)  # a corrupt or truncated file: ModelIntegrityError
+    vocab_map = tensors.get("vocab_map")
+    if vocab_map is None or tuple(vocab_map.shape) != (cfg.vocab_size,):
+        raise ModelIntegrityError(f"{weights}: needs a vocab_map of {cfg.vocab_size} ids")
+    if int(vocab_map.min()) < 0 or int(vocab_map.max()) >= cfg.target_vocab_size:
+        raise ModelIntegrityError(f"{weights}: vocab_map holds ids outside the vocabulary")
+    embed, rows = _tables(target, vocab_map.long())
+    with torch.device("meta"):
+        model = EagleHead(cfg, embed.to("meta"), rows.to("meta"), vocab_map.to("meta"))
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    missing = sorted(set(expected) - set(tensors))
+    extra = sorted(set(tensors) - set(expected))
+    wrong = [k for k in expected if k in tensors and tuple(tensors[k].shape) != expected[k]]
+    if missing or extra or wrong:
+        raise ModelIntegrityError(
+            f"{weights}: tensors do not match config.json (missing: "
+            f"{', '.join(missing[:5]) or 'none'}; unexpected: {', '.join(extra[:5]) or 'none'}; "
+            f"wrong shape: {', '.join(wrong[:5]) or 'none'})"
+        )
+    model = EagleHead(cfg, embed.to(device, dtype), rows.to(device, dtype), vocab_map)
+    model.load_state_dict(tensors)
+    return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+__all__ = ["EagleConfig", "EagleHead", "build_eagle", "is_eagle_dir", "load_eagle"]

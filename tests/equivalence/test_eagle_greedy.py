@@ -1,0 +1,73 @@
+"""An eagle head drafting: speculative output == plain greedy output in fp32, with drafts
+that are kept (a head trained on the target's own continuations) and drafts that are not
+(an untrained one), rows finishing and re-admitted, under both lossless acceptors."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdec.acceptors import GreedyAcceptor, RejectionSampler
+from specdec.config import SamplingParams
+from specdec.cost_model import FixedWindow
+from specdec.drafters import EagleDrafter
+from specdec.engine import Engine
+from specdec.speculator.eagle import build_eagle
+from specdec.speculator.train import TargetStates
+
+from tiny import hf_tiny, native_from_hf
+
+PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 8, 7, 7, 8, 7]]
+N = 25
+
+
+@pytest.fixture(scope="module")
+def setup(tokenizer):
+    target = native_from_hf(hf_tiny("qwen2"))
+    params = SamplingParams(temperature=0, max_tokens=N)
+    refs = [c.token_ids for c in Engine(target, tokenizer, frozenset()).generate(PROMPTS, params)]
+    return target, refs, params
+
+
+def trained_head(target, refs):
+    """A head fitted (teacher-forced, two draft steps) to the target's continuations."""
+    torch.manual_seed(0)
+    head = build_eagle(target, intermediate_size=64, n_predict=4)
+    states = TargetStates(target)
+    seqs = [torch.tensor([p + r]) for p, r in zip(PROMPTS, refs, strict=True)]
+    data = [(s, states(s)) for s in seqs]
+    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=3e-3)
+    for _ in range(60):
+        loss = 0
+        for s, f in data:
+            labels = target.lm_head(f).argmax(-1)[0]  # the target's choice after each
+            T = s.shape[1] - 1
+            preds = head.unrolled(s[:, 1:], f[:, :-1], torch.arange(T)[None], 2)
+            for step, p in enumerate(preds):
+                loss = loss + F.cross_entropy(head.logits(p[0, step:]), labels[step + 1 :])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return head.eval().requires_grad_(False)
+
+
+@pytest.mark.parametrize("acceptor", [GreedyAcceptor(), RejectionSampler()])
+@pytest.mark.parametrize("max_batch", [8, 2])  # 2: rows finish, move and get re-admitted
+@pytest.mark.parametrize("trained", [True, False], ids=["trained", "untrained"])
+def test_eagle_drafts_leave_greedy_output_exact(setup, tokenizer, acceptor, max_batch, trained):
+    target, refs, params = setup
+    head = trained_head(target, refs) if trained else build_eagle(target, n_predict=4)
+    engine = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=max_batch,
+        drafter_factory=lambda b, length: EagleDrafter(head, b, length),
+        acceptor=acceptor,
+        window=FixedWindow(6),  # more than the head's n_predict: it drafts 4
+    )
+    out = engine.generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+    passes = sum(c.stats.steps for c in out)
+    if trained:  # over 3 tokens a pass (27 passes here; the untrained head's start, which
+        # repeats the target's last choice, takes 41-42 on these looping continuations)
+        assert passes < len(PROMPTS) * (N - 1) / 3

@@ -1,0 +1,174 @@
+"""The eagle head: drafting through its cache computes what whole sequences compute, its
+files round-trip and refuse what does not fit, and it learns."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdec.drafters.base import PassStates
+from specdec.drafters.eagle import EagleDrafter
+from specdec.errors import IncompatibleDraftError, ModelIntegrityError, ModelNotFoundError
+from specdec.speculator.eagle import build_eagle, is_eagle_dir, load_eagle
+from specdec.speculator.train import TargetStates
+
+from tiny import hf_tiny, native_from_hf
+
+
+@pytest.fixture(scope="module")
+def target():
+    return native_from_hf(hf_tiny("qwen2"))
+
+
+def random_head(target, seed=0, vocab_map=None):
+    """A head far from its identity start, so every block matters."""
+    head = build_eagle(target, vocab_map=vocab_map, intermediate_size=48, n_predict=4)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.2)
+    return head.eval()
+
+
+def reference_drafts(head, tokens, states, k):
+    """Greedy drafts after `tokens [L+1]` (states `[L, E]` at all but the last) by whole
+    causal passes: each step appends (the predicted state, the drafted token) and reruns."""
+    feats, nexts = states, tokens[1:]
+    drafts = []
+    for _ in range(k):
+        positions = torch.arange(len(nexts))[None]
+        f = head.teacher_forced(nexts[None], feats[None], positions)[0, -1]
+        d = int(head.vocab_map[head.logits(f).argmax()])
+        drafts.append(d)
+        feats = torch.cat([feats, f[None]])
+        nexts = torch.cat([nexts, torch.tensor([d])])
+    return drafts
+
+
+def test_drafts_through_the_cache_equal_whole_sequence_passes(target):
+    head = random_head(target)
+    states_of = TargetStates(target)
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(2, 97, (n,), generator=g) for n in (9, 4, 13)]
+    drafter = EagleDrafter(head, max_batch=4, max_len=64)
+    drafter.admit([s.tolist() for s in seqs])
+    hidden = [states_of(s[None])[0] for s in seqs]  # [S, E]: every position's state
+    # a prefill kept all positions but each row's last (its token was just sampled)
+    lengths = torch.tensor([len(s) - 1 for s in seqs])
+    T, E = int(lengths.max()), hidden[0].shape[-1]
+    tok = torch.zeros(3, T, dtype=torch.long)
+    hid = torch.zeros(3, T, E)
+    for i, (s, h) in enumerate(zip(seqs, hidden, strict=True)):
+        tok[i, : len(s) - 1], hid[i, : len(s) - 1] = s[:-1], h[:-1]
+    drafter.observe_pass(PassStates(tok, hid, lengths))
+    draft = drafter.propose(3, [], [])
+    for i, (s, h) in enumerate(zip(seqs, hidden, strict=True)):
+        assert draft.tokens[i].tolist() == reference_drafts(head, s, h[:-1], 3)
+    # a verify pass kept row 0's last token and one accepted draft; rows 1-2 kept none
+    accepted = torch.tensor([1, 0, 0])
+    nexts = torch.tensor([5, 6, 7])
+    grown = [
+        torch.cat([seqs[0], draft.tokens[0, :1], nexts[:1]]),
+        torch.cat([seqs[1], nexts[1:2]]),
+        torch.cat([seqs[2], nexts[2:3]]),
+    ]
+    drafter.commit(accepted, nexts)
+    hidden = [states_of(s[None])[0] for s in grown]
+    kept = 1 + accepted
+    tok = torch.zeros(3, 2, dtype=torch.long)
+    hid = torch.zeros(3, 2, E)
+    for i, (s, h) in enumerate(zip(grown, hidden, strict=True)):
+        n = int(kept[i])
+        tok[i, :n], hid[i, :n] = s[-1 - n : -1], h[-1 - n : -1]
+    drafter.observe_pass(PassStates(tok, hid, kept))
+    draft = drafter.propose(4, [], [])
+    for i, (s, h) in enumerate(zip(grown, hidden, strict=True)):
+        assert draft.tokens[i].tolist() == reference_drafts(head, s, h[:-1], 4)
+    assert draft.probs is None  # deterministic: q is one-hot
+
+
+def test_steps_without_drafting_queue_states_and_a_moved_row_keeps_its_cache(target):
+    head = random_head(target, seed=2)
+    states_of = TargetStates(target)
+    seq = torch.randint(2, 97, (12,), generator=torch.Generator().manual_seed(3))
+    hidden = states_of(seq[None])[0]
+    drafter = EagleDrafter(head, max_batch=3, max_len=64)
+    drafter.admit([[9, 9], [4, 4], seq[:6].tolist()])
+    E = hidden.shape[-1]
+    drafter.observe_pass(PassStates(seq[None, :5], hidden[None, :5], torch.tensor([5]), 2))
+    drafter.observe_pass(
+        PassStates(torch.ones(2, 1, dtype=torch.long), torch.randn(2, 1, E), torch.tensor([1, 1]))
+    )
+    drafter.propose(2, [], [])  # catches row 2 up on its five entries
+    assert drafter.last_catch_up[0] == 3
+    # that step kept nothing, then four plain steps (k = 0) keep one position per row
+    for t in range(6, 11):
+        if t > 6:
+            assert drafter.propose(0, [], []).tokens.shape == (3, 0)
+        drafter.commit(torch.zeros(3, dtype=torch.long), torch.tensor([1, 1, int(seq[t])]))
+        tok = torch.tensor([[1], [1], [int(seq[t - 1])]])
+        hid = torch.cat([torch.randn(2, 1, E), hidden[None, t - 1 : t]])
+        drafter.observe_pass(PassStates(tok, hid, torch.ones(3, dtype=torch.long)))
+    drafter.reset_row(0)
+    drafter.move_row(2, 0)
+    draft = drafter.propose(3, [], [])
+    assert draft.tokens[0].tolist() == reference_drafts(head, seq[:11], hidden[:10], 3)
+
+
+def test_files_round_trip_and_refuse_what_does_not_fit(target, tmp_path):
+    vocab = torch.tensor([1, 5, 7, 9, 20, 40, 41, 42, 60, 96])
+    head = random_head(target, vocab_map=vocab)
+    head.save(tmp_path / "h")
+    assert is_eagle_dir(tmp_path / "h") and not is_eagle_dir(tmp_path)
+    loaded = load_eagle(tmp_path / "h", target)
+    x = torch.randint(0, 97, (2, 6))
+    f = torch.randn(2, 6, 64)
+    pos = torch.arange(6)[None].expand(2, -1)
+    assert torch.equal(head.teacher_forced(x, f, pos), loaded.teacher_forced(x, f, pos))
+    assert loaded.vocab_map.tolist() == vocab.tolist()
+    other = native_from_hf(hf_tiny("qwen2", hidden_size=32, num_attention_heads=2))
+    with pytest.raises(IncompatibleDraftError, match="another model"):
+        load_eagle(tmp_path / "h", other)
+    with pytest.raises(ModelNotFoundError):
+        load_eagle(tmp_path / "missing", target)
+    weights = tmp_path / "h" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(ModelIntegrityError, match="corrupt or truncated"):
+        load_eagle(tmp_path / "h", target)
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    del config["head_dim"]
+    (tmp_path / "h" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelIntegrityError, match="head_dim"):
+        load_eagle(tmp_path / "h", target)
+
+
+def test_training_steps_unrolled_learn_the_later_drafts(target):
+    """A few hundred optimizer steps on one sequence's states: the second draft step,
+    trained through `unrolled`, comes to predict what follows; a head trained on the
+    first step alone does worse there (it never saw its own predictions)."""
+    states_of = TargetStates(target)
+    seq = torch.randint(2, 97, (1, 48), generator=torch.Generator().manual_seed(4))
+    f = states_of(seq)
+    labels = target.lm_head(f).argmax(-1)  # [1, 48]: the target's choice after each
+    positions = torch.arange(47)[None]
+
+    def train(steps_trained):
+        torch.manual_seed(0)
+        head = build_eagle(target, intermediate_size=64, n_predict=2)
+        opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=3e-3)
+        for _ in range(150):
+            preds = head.unrolled(seq[:, 1:], f[:, :-1], positions, steps_trained)
+            loss = sum(
+                F.cross_entropy(head.logits(p[0, s:]), labels[0, s + 1 :])
+                for s, p in enumerate(preds)
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            second = head.unrolled(seq[:, 1:], f[:, :-1], positions, 2)[1]
+            return (head.logits(second[0, 1:]).argmax(-1) == labels[0, 2:]).float().mean()
+
+    assert train(2) > 0.9
+    assert train(2) > train(1) + 0.2
