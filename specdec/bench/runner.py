@@ -44,12 +44,13 @@ from specdec.bench.plan import Point, is_peer, vllm_draft_k
 from specdec.config import SamplingParams
 from specdec.cost_model import CostModel
 from specdec.distributed import shared_window
-from specdec.drafters import NgramDrafter
+from specdec.drafters import EagleDrafter, NgramDrafter
 from specdec.drafters.speculator import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import SpecdecError
 from specdec.llm import LLM, build_acceptor, build_window
 from specdec.metrics import SpecStats
+from specdec.speculator.eagle import EagleHead
 from specdec.tokenization import encode_prompt
 
 
@@ -155,9 +156,11 @@ class Runner:
         # Trained speculator heads on the same target (the heads-* methods), beside --draft.
         self.speculator = None
         if heads is not None:
+            from specdec.speculator.eagle import is_eagle_dir, load_eagle
             from specdec.speculator.model import load_speculator
 
-            self.speculator = load_speculator(heads, self.llm.model, self.llm.model.dtype, device)
+            load = load_eagle if is_eagle_dir(heads) else load_speculator
+            self.speculator = load(heads, self.llm.model, self.llm.model.dtype, device)
         self.heads_tree, self.heads_candidates = heads_tree, heads_candidates
         self._prompts: dict[str, list[list[int]]] = {}
         self._hf: dict[str, object] = {}
@@ -414,6 +417,14 @@ class Runner:
         if isinstance(k, int) and k > n:
             raise Skip(f"k = {k} exceeds the {n} tokens the heads draft")
         device = self.llm.model.device
+        if isinstance(spec, EagleHead):  # one layer over the target's states: chains only
+            if tree is not None:
+                raise Skip("an eagle head drafts chains, not candidate trees")
+            return (
+                lambda max_batch, max_len: EagleDrafter(spec, max_batch, max_len),
+                build_window(k, min(self.k_max, n)),
+                0,
+            )
 
         def factory(max_batch: int, max_len: int) -> SpeculatorDrafter:
             return SpeculatorDrafter(

@@ -202,6 +202,40 @@ def test_speculator_heads_methods(model_dir, tmp_path):
     assert costs["heads_step_s"] > 0 and costs["heads_c"] > 0
 
 
+def test_an_eagle_head_as_heads(model_dir, tmp_path):
+    """--heads takes an eagle head directory too: chains at fixed k and `auto`, exact in
+    fp32, priced by its own measured step; a candidate tree is skipped with the reason."""
+    import torch
+
+    from specdec.speculator.eagle import build_eagle
+
+    from tiny import native_from_hf
+
+    head = build_eagle(native_from_hf(hf_tiny("qwen2")), intermediate_size=32, n_predict=3)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    head.save(tmp_path / "eagle")
+    out = tmp_path / "out"
+    code = _bench(
+        model_dir, out, "--batches", "1,2", "--temperatures", "0", "--workloads", "code",
+        "--methods", "plain,heads-k2,heads-auto,heads-tree",
+        "--heads", str(tmp_path / "eagle"), "--heads-tree", "2,2",
+    )  # fmt: skip
+    assert code == 0
+    data = json.loads((out / "results.json").read_text())
+    rows = {(r["method"], r["batch"]): r for r in data["rows"]}
+    for batch in (1, 2):
+        for method in ("heads-k2", "heads-auto"):
+            row = rows[method, batch]
+            assert row["status"] == "ok" and row["same_output_as_plain"] == 1.0, row["key"]
+        tree = rows["heads-tree", batch]
+        assert tree["status"] == "skipped" and "chains" in tree["reason"]
+    costs = data["costs"]["code|len=natural|batch=2"]
+    assert costs["heads_step_s"] > 0 and costs["heads_c"] > 0
+
+
 def test_heads_methods_without_heads_are_skipped(model_dir, tmp_path):
     out = tmp_path / "out"
     args = ["--batches", "1", "--temperatures", "0", "--workloads", "code"]

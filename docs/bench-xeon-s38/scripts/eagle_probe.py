@@ -371,9 +371,27 @@ def phase_score(out: Path, inter: int, ks: list[int], tag: str) -> dict:
     return result
 
 
+def phase_export(out: Path, inter: int, tag: str, to: Path, n_predict: int) -> None:
+    """The checkpoint as a head directory `specdec --draft` and `bench --heads` load."""
+    from safetensors import safe_open
+
+    from specdec.speculator.eagle import build_eagle
+
+    target, _, _ = load_target()
+    with safe_open(str(MLP_HEADS / "model.safetensors"), "pt") as f:
+        vocab_map = f.get_tensor("vocab_map").long()
+    head = build_eagle(target, vocab_map, inter, n_predict=n_predict)
+    saved = torch.load(out / f"head-{tag}.pt")
+    missing, unexpected = head.load_state_dict(saved["head"], strict=False)
+    assert missing == ["vocab_map"] and not unexpected, (missing, unexpected)
+    head.save(to)
+    print(f"wrote {to} (step {saved['step']})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("phase", choices=["states", "eval", "train", "score"])
+    ap.add_argument("phase", choices=["states", "eval", "train", "score", "export"])
+    ap.add_argument("--to", default=None, help="export: the head directory to write")
     ap.add_argument("--out", default="bench-out/s38/eagle")
     ap.add_argument("--states-minutes", type=float, default=12)
     ap.add_argument("--train-minutes", type=float, default=20)
@@ -396,6 +414,10 @@ def main() -> None:
     elif args.phase == "train":
         phase_train(
             out, args.train_minutes, args.inter, args.lr, args.w_cls, args.unroll, tag, args.init
+        )
+    elif args.phase == "export":
+        phase_export(
+            out, args.inter, tag, Path(args.to).expanduser(), max(map(int, args.ks.split(",")))
         )
     else:
         phase_score(out, args.inter, [int(k) for k in args.ks.split(",")], tag)
