@@ -289,3 +289,22 @@ def test_draft_vocab_needs_a_draft_model(model_dir, capsys):
     code, _, err = _run(capsys, *argv, "--draft-vocab", "40", "ab")
     assert code == 2
     assert "--draft-vocab" in err and "draft model" in err
+
+
+def test_generate_with_an_eagle_head(model_dir, tmp_path, capsys):
+    """`--draft EAGLE_DIR` drafts with the head, at a fixed k and with `auto` (capped at
+    the head's n_predict), and the output is the target's."""
+    from specdec.models.loading import load_transformer
+    from specdec.speculator.eagle import build_eagle
+
+    head = build_eagle(load_transformer(model_dir, "fp32"), intermediate_size=32, n_predict=2)
+    head.save(tmp_path / "eagle")
+    base = ["generate", "--model", str(model_dir), "--dtype", "fp32", "--json"]
+    base += ["--max-tokens", "12", "--ignore-eos", "abcabcabc"]
+    _, plain, _ = _run(capsys, *base)
+    for k in ("3", "auto"):
+        code, out, _ = _run(capsys, *base, "--draft", str(tmp_path / "eagle"), "--speculate", k)
+        row = json.loads(out)
+        assert code == 0 and row["token_ids"] == json.loads(plain)["token_ids"]
+        if k == "3":
+            assert len(row["spec"]["acceptance_per_position"]) == 2  # n_predict caps it
