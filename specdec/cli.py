@@ -169,11 +169,26 @@ def _bench_serve_args(sub) -> None:
 
 
 def _train_speculator_args(sub) -> None:
-    p = sub.add_parser("train-speculator", help="train MLP speculator heads for a target")
+    p = sub.add_parser("train-speculator", help="train speculator heads for a target")
     p.add_argument("--model", required=True, help="the target: registry name or directory")
     p.add_argument("--data", default="sharegpt", help="sharegpt, or a .jsonl/.json/.txt file")
     p.add_argument("--out", required=True, help="directory for heads, checkpoints and logs")
-    p.add_argument("--heads", type=int, default=3, help="tokens drafted per step")
+    p.add_argument(
+        "--heads", type=int, default=3, help="tokens drafted per step (eagle: steps trained)"
+    )
+    p.add_argument(
+        "--kind",
+        choices=["mlp", "eagle"],
+        default="mlp",
+        help="mlp: MLP speculator heads (the vLLM / fms-extras layout); eagle: one decoder "
+        "layer over the target's states at every position (specdec's own files)",
+    )
+    p.add_argument(
+        "--eagle-intermediate",
+        type=int,
+        default=None,
+        help="the eagle layer's MLP width (default: the target's)",
+    )
     p.add_argument("--stage1-steps", type=int, default=1000, help="steps on ground-truth text")
     p.add_argument("--stage2-steps", type=int, default=500, help="steps on target outputs")
     p.add_argument(
@@ -477,6 +492,8 @@ def cmd_train_speculator(args) -> None:
         torch.set_num_threads(args.threads)
     cfg = TrainConfig(
         heads=args.heads,
+        kind=args.kind,
+        eagle_intermediate=args.eagle_intermediate,
         stage1_steps=args.stage1_steps,
         stage1_data_steps=args.stage1_data_steps,
         stage1_labels=args.stage1_labels,

@@ -120,6 +120,10 @@ class EagleHead(nn.Module):
         self.register_buffer("embed", embed, persistent=False)
         self.register_buffer("head_rows", head_rows, persistent=False)
         self.register_buffer("vocab_map", vocab_map.long())
+        to_draft = torch.full((c.target_vocab_size,), c.vocab_size, dtype=torch.long)
+        to_draft[vocab_map.long()] = torch.arange(c.vocab_size)
+        # target id -> draft id (N for ids outside the draft vocabulary), for training
+        self.register_buffer("to_draft", to_draft, persistent=False)
         self.fc = nn.Linear(2 * E, E)
         self.norm1 = nn.RMSNorm(E, eps=c.rms_norm_eps)
         self.q = nn.Linear(E, c.num_heads * c.head_dim)
@@ -130,6 +134,11 @@ class EagleHead(nn.Module):
         self.gate_up = nn.Linear(E, 2 * c.intermediate_size, bias=False)
         self.down = nn.Linear(c.intermediate_size, E, bias=False)
         self.norm = nn.RMSNorm(E, eps=c.rms_norm_eps)
+
+    @property
+    def trainable(self) -> list[nn.Parameter]:
+        """What training updates: everything but the target's tables (buffers)."""
+        return list(self.parameters())
 
     # the pieces ----------------------------------------------------------------------
 
@@ -237,7 +246,7 @@ def build_eagle(
         n_predict=n_predict,
     )
     embed, rows = _tables(target, vocab_map)
-    head = EagleHead(cfg, embed.float(), rows.float(), vocab_map)
+    head = EagleHead(cfg, embed, rows.float(), vocab_map)  # embed is only indexed
     E = cfg.hidden_size
     with torch.no_grad():
         head.fc.weight.zero_()
@@ -320,7 +329,9 @@ def load_eagle(
         )
     model = EagleHead(cfg, embed.to(device, dtype), rows.to(device, dtype), vocab_map)
     model.load_state_dict(tensors)
-    return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    model.embed = embed.to(device)  # only indexed: it keeps the target's dtype
+    return model
 
 
 __all__ = ["EagleConfig", "EagleHead", "build_eagle", "is_eagle_dir", "load_eagle"]

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 
 from specdec.config import SamplingParams
 from specdec.errors import InvalidParameterError, ModelNotFoundError
+from specdec.speculator.eagle import EagleHead, build_eagle, load_eagle
 from specdec.speculator.model import MLPSpeculator, build_speculator, load_speculator
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant"}
@@ -48,11 +49,16 @@ ROLES |= {"bing": "assistant", "bard": "assistant", "assistant": "assistant", "s
 
 
 STAGE1_LABELS = ("text", "target")
+KINDS = ("mlp", "eagle")  # MLP heads (`model`) or one decoder layer over the states (`eagle`)
+EAGLE_NOISE = 0.1  # uniform noise on an eagle head's input states, x their RMS (EAGLE-1)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    heads: int = 3  # n_predict: tokens proposed per step
+    heads: int = 3  # n_predict: tokens proposed per step (eagle: draft steps trained)
+    kind: str = "mlp"  # "mlp" heads or an "eagle" head (`specdec.speculator.eagle`)
+    eagle_intermediate: int | None = None  # the eagle layer's MLP width (None: the target's)
+    eagle_cls_weight: float = 0.1  # eagle loss: state regression + this x cross-entropy
     stage1_steps: int = 1000  # teacher-forced steps on ground-truth text
     # Steps of fresh text (None: all of them). Their target states are cached on disk and
     # later stage-1 steps cycle over them: a heads-only step costs a small fraction of the
@@ -93,6 +99,7 @@ class TrainConfig:
                 raise InvalidParameterError(message)
 
         check(self.heads >= 1, f"heads must be >= 1, got {self.heads}")
+        check(self.kind in KINDS, f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         check(self.stage1_steps >= 0 and self.stage2_steps >= 0, "steps must be >= 0")
         check(self.batch_size >= 1, "batch_size must be >= 1")
         check(
@@ -309,6 +316,46 @@ def head_losses(
     return total, HeadMetrics(float(total.detach()), losses, accs, count)
 
 
+def eagle_losses(
+    head: EagleHead,
+    hidden: torch.Tensor,  # [B, T, E] the target's states
+    tokens: torch.Tensor,  # [B, T] target ids
+    valid: torch.Tensor,  # [B, T] bool: positions that hold real tokens
+    labels: torch.Tensor | None = None,  # [B, T] what to predict at each position (tokens)
+    steps: int = 3,
+    cls_weight: float = 0.1,
+    generator: torch.Generator | None = None,  # the noise's (a resumed run draws the same)
+) -> tuple[torch.Tensor, HeadMetrics]:
+    """Sum over draft steps 1..steps (`EagleHead.unrolled`) of the state regression
+    (smooth L1 against the target's state, EAGLE's) plus `cls_weight` x the cross-entropy
+    of the token it implies. Step s at position p predicts state p+1 and token p+2 from
+    a chain whose newest true state is at p-s+1. The input states get uniform noise of
+    `EAGLE_NOISE` x their RMS, so that the head learns to read imperfect states, as its
+    own predictions are when it drafts."""
+    N = head.config.vocab_size
+    labels = tokens if labels is None else labels
+    B, T, _ = hidden.shape
+    feats = hidden[:, :-1].float()
+    rms = float(feats.pow(2).mean().sqrt())
+    noise = torch.rand(feats.shape, generator=generator, device=feats.device)
+    feats = feats + (noise * 2 - 1) * (EAGLE_NOISE * rms)
+    positions = torch.arange(T - 1, device=hidden.device)[None].expand(B, -1)
+    preds = head.unrolled(tokens[:, 1:], feats, positions, steps)  # steps x [B, T-1, E]
+    total, losses, accs, count = 0.0, [], [], 0
+    for i, pred in enumerate(preds):  # step i+1: positions p >= i
+        ok_state = valid[:, i + 1 :]  # [B, T-1-i] the state p+1 is real
+        reg = F.smooth_l1_loss(pred[:, i:].float()[ok_state], hidden[:, i + 1 :].float()[ok_state])
+        target = head.to_draft[labels[:, i + 2 :]]  # [B, T-2-i] token p+2 as a draft id
+        ok = valid[:, i + 2 :] & (target < N)
+        scores = head.logits(pred[:, i:-1])[ok].float()  # [M, N]
+        cls = F.cross_entropy(scores, target[ok]) if len(scores) else scores.sum()
+        total = total + reg + cls_weight * cls
+        losses.append(float(cls.detach()))
+        accs.append(float((scores.argmax(-1) == target[ok]).float().mean()) if len(scores) else 0)
+        count = max(count, int(ok.sum()))
+    return total, HeadMetrics(float(total.detach()), losses, accs, count)
+
+
 def lr_at(step: int, total: int, peak: float, warmup: float) -> float:
     """Linear warm-up over `warmup * total` steps, then cosine decay to 10% of the peak."""
     w = max(1, int(warmup * total))
@@ -454,7 +501,8 @@ class SpeculatorTrainer:
         if not (self.ckpt / "state.json").is_file():
             return None
         state = json.loads((self.ckpt / "state.json").read_text())
-        spec = load_speculator(self.ckpt / "speculator", self.target, torch.float32, self.device)
+        load = load_eagle if self.cfg.kind == "eagle" else load_speculator
+        spec = load(self.ckpt / "speculator", self.target, torch.float32, self.device)
         weights = torch.load(self.ckpt / "weights.pt", weights_only=True, map_location=self.device)
         spec.load_state_dict(weights)
         return spec.train().requires_grad_(True), state
@@ -464,6 +512,9 @@ class SpeculatorTrainer:
         vocab = self.frequent_ids(cfg.draft_vocab) if cfg.draft_vocab else None
         with torch.random.fork_rng():  # a seeded init that leaves the global RNG as it was
             torch.manual_seed(cfg.seed)
+            if cfg.kind == "eagle":
+                spec = build_eagle(self.target, vocab, cfg.eagle_intermediate, cfg.heads)
+                return spec.to(self.device).train()
             spec = build_speculator(
                 self.target,
                 n_predict=cfg.heads,
@@ -525,7 +576,7 @@ class SpeculatorTrainer:
             for group in opt.param_groups:
                 group["lr"] = lr_at(step, steps, peak, self.cfg.warmup)
             with torch.autocast(self.device.type, torch.bfloat16, enabled=self.autocast):
-                loss, m = head_losses(spec, hidden, tokens, valid, labels)
+                loss, m = self._losses(spec, hidden, tokens, valid, labels, stage, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(spec.trainable, 1.0)
@@ -553,6 +604,18 @@ class SpeculatorTrainer:
                 self.save_checkpoint(spec, opt, stage, done, position())
         if bar is not None:
             bar.close()
+
+    def _losses(self, spec, hidden, tokens, valid, labels, stage: int, step: int):
+        """The step's loss and metrics; an eagle head's input noise is seeded by the run's
+        seed, stage and step, so a resumed run draws what an uncut one would."""
+        if not isinstance(spec, EagleHead):
+            return head_losses(spec, hidden, tokens, valid, labels)
+        cfg = self.cfg
+        noise = torch.Generator(hidden.device)
+        noise.manual_seed(cfg.seed * 1_000_003 + stage * 100_003 + step)
+        return eagle_losses(
+            spec, hidden, tokens, valid, labels, cfg.heads, cfg.eagle_cls_weight, noise
+        )
 
     def stage1(self, spec, state: dict | None) -> None:
         cfg = self.cfg
@@ -734,15 +797,7 @@ class SpeculatorTrainer:
             L = S - n - 1
             if L <= 0:
                 continue
-            inputs = torch.stack([tokens[i + 1 : i + 1 + L] for i in range(n)], -1)[None]
-            logits = spec(hidden[None, :L].to(self.device).float(), inputs.to(self.device))
-            right = torch.stack(
-                [
-                    spec.vocab_map[lg[0].argmax(-1)].cpu() == tokens[i + 2 : i + 2 + L]
-                    for i, lg in enumerate(logits)
-                ],
-                -1,
-            )  # [L, n]
+            right = self._drafts_right(spec, tokens, hidden.to(self.device), n, L)  # [L, n]
             run = right.long().cumprod(1)  # [L, n]: heads 0..i all right
             for i in range(n):
                 prior = run[:, i - 1] if i else torch.ones(L, dtype=torch.long)
@@ -764,10 +819,32 @@ class SpeculatorTrainer:
         result["engine"] = self.engine_eval(spec)
         return result
 
+    @torch.no_grad()
+    def _drafts_right(self, spec, tokens, hidden, n: int, L: int) -> torch.Tensor:
+        """`[L, n]`: whether draft i of a chain from segment position t (its newest state)
+        is the token at t + i + 2, given true tokens before it (what greedy verification
+        checks when drafts 0..i-1 were right)."""
+        if isinstance(spec, EagleHead):  # step i at position t + i of the unrolled passes
+            S = len(tokens)
+            positions = torch.arange(S - 1, device=hidden.device)[None]
+            steps = spec.unrolled(
+                tokens[None, 1:].to(hidden.device), hidden[None, :-1].float(), positions, n
+            )
+            guesses = [
+                spec.vocab_map[spec.logits(p[0, i : i + L]).argmax(-1)].cpu()
+                for i, p in enumerate(steps)
+            ]
+        else:
+            inputs = torch.stack([tokens[i + 1 : i + 1 + L] for i in range(n)], -1)[None]
+            logits = spec(hidden[None, :L].float(), inputs.to(hidden.device))
+            guesses = [spec.vocab_map[lg[0].argmax(-1)].cpu() for lg in logits]
+        return torch.stack([g == tokens[i + 2 : i + 2 + L] for i, g in enumerate(guesses)], -1)
+
     def engine_eval(self, spec: MLPSpeculator) -> dict:
         """The held-out prompts through the engine with the heads drafting (greedy, k = n)."""
         from specdec.acceptors import GreedyAcceptor
         from specdec.cost_model import FixedWindow
+        from specdec.drafters.eagle import EagleDrafter
         from specdec.drafters.speculator import SpeculatorDrafter
         from specdec.engine import Engine
 
@@ -779,7 +856,11 @@ class SpeculatorTrainer:
             self.tokenizer,
             self.eos_ids,
             max_batch=self.cfg.gen_batch,
-            drafter_factory=lambda b, length: SpeculatorDrafter(spec, b, self.device),
+            drafter_factory=lambda b, length: (
+                EagleDrafter(spec, b, length)
+                if isinstance(spec, EagleHead)
+                else SpeculatorDrafter(spec, b, self.device)
+            ),
             acceptor=GreedyAcceptor(),
             window=FixedWindow(spec.config.n_predict),
         )

@@ -4,6 +4,7 @@ trained heads draft losslessly, and a resumed run continues where the checkpoint
 import json
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
 from specdec.speculator import load_speculator
-from specdec.speculator.train import Corpus, SpeculatorTrainer, TrainConfig
+from specdec.speculator.train import Corpus, SpeculatorTrainer, TargetStates, TrainConfig
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer
 
@@ -161,7 +162,8 @@ def _run_cut_after_25_steps(target, tok, docs, out, cfg, monkeypatch):
     """A run into `out` that crashes in its 26th step (the heads' loss raising), as a kill
     would; the real loss is back in place when it returns."""
     calls = {"n": 0}
-    real = train_mod.head_losses
+    name = "eagle_losses" if cfg.kind == "eagle" else "head_losses"
+    real = getattr(train_mod, name)
 
     def crash_at_step_25(*args):
         calls["n"] += 1
@@ -169,16 +171,18 @@ def _run_cut_after_25_steps(target, tok, docs, out, cfg, monkeypatch):
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(train_mod, "head_losses", crash_at_step_25)
+    monkeypatch.setattr(train_mod, name, crash_at_step_25)
     with pytest.raises(KeyboardInterrupt):
         SpeculatorTrainer(target, tok, Corpus(docs, tok), out, cfg).run()
-    monkeypatch.setattr(train_mod, "head_losses", real)
+    monkeypatch.setattr(train_mod, name, real)
 
 
-def test_resume_continues_at_the_checkpointed_step(target, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["mlp", "eagle"])
+def test_resume_continues_at_the_checkpointed_step(kind, target, tmp_path, monkeypatch):
     tok = tiny_tokenizer()
     docs = corpus_docs(60)
     cfg = _cfg(stage1_steps=30, stage2_steps=0, checkpoint_every=10, log_every=5, eval_prompts=0)
+    cfg = replace(cfg, kind=kind, eagle_intermediate=32)
     whole = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "whole", cfg).run()
 
     _run_cut_after_25_steps(target, tok, docs, tmp_path / "cut", cfg, monkeypatch)
@@ -358,3 +362,57 @@ def test_stage1_can_learn_the_targets_own_choices(target, tmp_path):
     assert accuracy(on_text, tokens) > accuracy(on_text, labels)
     with pytest.raises(InvalidParameterError, match="stage1_labels"):
         _cfg(stage1_labels="teacher")
+
+
+def test_an_eagle_head_learns_in_both_stages_and_drafts_losslessly(target, tmp_path):
+    """`kind="eagle"`: the same two stages train one decoder layer over the target's
+    states; loss falls, its held-out chains beat one token a pass by far (offline and in
+    the engine), and drafting with it leaves greedy output unchanged."""
+    tok = tiny_tokenizer()
+    cfg = _cfg(kind="eagle", eagle_intermediate=32, stage1_steps=120, stage2_steps=30)
+    trainer = SpeculatorTrainer(target, tok, Corpus(corpus_docs(), tok), tmp_path, cfg)
+    untrained = trainer.new_speculator()
+    head = trainer.run()
+    results = json.loads((tmp_path / "eval.json").read_text())
+    for stage in ("stage1", "stage2"):
+        for where in (results[stage], results[stage]["engine"]):
+            assert where["mean_accepted_length"] > 2.0, results[stage]
+    # On held-out text, every draft step of the trained head picks the target's choice
+    # far more often than the untrained head does (0.51 against 0.24-0.36 here), at a
+    # lower loss. (Acceptance cannot show it on this tiny target: its greedy outputs
+    # loop, and the untrained head, which repeats the target's last choice, already reads
+    # ~4 tokens a pass on them.)
+    ids = torch.tensor([tok(d)["input_ids"][:40] for d in corpus_docs(4, seed=9)])
+    hidden = TargetStates(target)(ids)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+
+    labels = train_mod.target_labels(target, hidden, ids)
+
+    def loss(h):
+        noise = torch.Generator().manual_seed(0)
+        return train_mod.eagle_losses(h, hidden, ids, valid, labels, 3, 0.1, noise)
+
+    (before, b), (after, a) = loss(untrained), loss(head)
+    assert float(after) < float(before)
+    for step_before, step_after in zip(b.acc_per_head, a.acc_per_head, strict=True):
+        assert step_after > step_before + 0.1, (b.acc_per_head, a.acc_per_head)
+    from specdec.drafters import EagleDrafter
+    from specdec.speculator.eagle import is_eagle_dir, load_eagle
+
+    assert is_eagle_dir(tmp_path)
+    loaded = load_eagle(tmp_path, target)
+    for a, b in zip(head.parameters(), loaded.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    prompts = [tok("the cat")["input_ids"], tok("hello")["input_ids"]]
+    params = SamplingParams(temperature=0, max_tokens=20)
+    plain = Engine(target, tok, frozenset()).generate(prompts, params)
+    engine = Engine(
+        target,
+        tok,
+        frozenset(),
+        drafter_factory=lambda b, length: EagleDrafter(loaded, b, length),
+        acceptor=GreedyAcceptor(),
+        window=FixedWindow(3),
+    )
+    spec = engine.generate(prompts, params)
+    assert [c.token_ids for c in spec] == [c.token_ids for c in plain]
