@@ -388,6 +388,7 @@ def test_an_eagle_head_learns_in_both_stages_and_drafts_losslessly(target, tmp_p
 
     labels = train_mod.target_labels(target, hidden, ids)
 
+    @torch.no_grad()
     def loss(h):
         noise = torch.Generator().manual_seed(0)
         return train_mod.eagle_losses(h, hidden, ids, valid, labels, 3, 0.1, noise)
