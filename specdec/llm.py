@@ -246,7 +246,8 @@ class LLM:
         if draft == "ngram":
             return lambda max_batch, max_len: NgramDrafter()
         if is_eagle_dir(draft):
-            self.eagle = load_eagle(draft, self.model, self.model.dtype, device)
+            head = load_eagle(draft, self.model, self.model.dtype, device)
+            self.eagle = _tuned_layers(head.for_drafting(quant))
             return lambda max_batch, max_len: EagleDrafter(self.eagle, max_batch, max_len)
         if is_speculator_dir(draft):
             # Under tensor parallelism every rank holds all the heads (they are small) and
@@ -354,6 +355,16 @@ def _tuned(model):
         tune_kernels(model)
         tune_stack(model)  # where its native stack beats the eager layers, by whole passes
     return model
+
+
+def _tuned_layers(module):
+    """`module`'s CPU projections on the kernels (and int4 layouts) measured fastest here:
+    `_tuned` for what is not a whole Transformer (it has no decode stack)."""
+    if next(module.parameters()).device.type == "cpu":
+        tune_prefetch(module)
+        tune_layout(module)
+        tune_kernels(module)
+    return module
 
 
 def _new_heads_if_empty(draft: str, target, n: int) -> None:

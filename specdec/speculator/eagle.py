@@ -43,6 +43,7 @@ from specdec.errors import (
     ModelIntegrityError,
     ModelNotFoundError,
 )
+from specdec.models.linear import Linear
 from specdec.speculator.model import _read, target_tables
 
 MODEL_TYPE = "specdec_eagle"
@@ -124,16 +125,20 @@ class EagleHead(nn.Module):
         to_draft[vocab_map.long()] = torch.arange(c.vocab_size)
         # target id -> draft id (N for ids outside the draft vocabulary), for training
         self.register_buffer("to_draft", to_draft, persistent=False)
-        self.fc = nn.Linear(2 * E, E)
+        # `Linear`s: F.linear until `kernel_tuning` gives them a plan (`for_drafting`)
+        self.fc = Linear(2 * E, E)
         self.norm1 = nn.RMSNorm(E, eps=c.rms_norm_eps)
-        self.q = nn.Linear(E, c.num_heads * c.head_dim)
-        self.k = nn.Linear(E, c.num_kv_heads * c.head_dim)
-        self.v = nn.Linear(E, c.num_kv_heads * c.head_dim)
-        self.o = nn.Linear(c.num_heads * c.head_dim, E, bias=False)
+        self.q = Linear(E, c.num_heads * c.head_dim)
+        self.k = Linear(E, c.num_kv_heads * c.head_dim)
+        self.v = Linear(E, c.num_kv_heads * c.head_dim)
+        self.o = Linear(c.num_heads * c.head_dim, E, bias=False)
         self.norm2 = nn.RMSNorm(E, eps=c.rms_norm_eps)
-        self.gate_up = nn.Linear(E, 2 * c.intermediate_size, bias=False)
-        self.down = nn.Linear(c.intermediate_size, E, bias=False)
+        self.gate_up = Linear(E, 2 * c.intermediate_size, bias=False)
+        self.down = Linear(c.intermediate_size, E, bias=False)
         self.norm = nn.RMSNorm(E, eps=c.rms_norm_eps)
+        # Set by `for_drafting`: q, k and v as one product, the vocabulary head as a layer.
+        self.qkv_proj: Linear | None = None
+        self.vocab_head: Linear | None = None
 
     @property
     def trainable(self) -> list[nn.Parameter]:
@@ -154,9 +159,14 @@ class EagleHead(nn.Module):
         x = self.norm1(x)
         cos, sin = rope(positions, c.head_dim, c.rope_theta)
         cos, sin = cos[:, :, None].to(x.dtype), sin[:, :, None].to(x.dtype)
-        q = _rotate(self.q(x).view(B, T, c.num_heads, c.head_dim), cos, sin)
-        k = _rotate(self.k(x).view(B, T, c.num_kv_heads, c.head_dim), cos, sin)
-        v = self.v(x).view(B, T, c.num_kv_heads, c.head_dim)
+        if self.qkv_proj is not None:
+            kv = c.num_kv_heads * c.head_dim
+            q, k, v = self.qkv_proj(x).split((c.num_heads * c.head_dim, kv, kv), -1)
+        else:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        q = _rotate(q.view(B, T, c.num_heads, c.head_dim), cos, sin)
+        k = _rotate(k.view(B, T, c.num_kv_heads, c.head_dim), cos, sin)
+        v = v.view(B, T, c.num_kv_heads, c.head_dim)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def attend(self, q, k, v, mask: torch.Tensor | None = None, causal: bool = False):
@@ -174,7 +184,35 @@ class EagleHead(nn.Module):
 
     def logits(self, f: torch.Tensor) -> torch.Tensor:
         """`[..., N]` draft-vocabulary logits of states `[..., E]`."""
+        if self.vocab_head is not None:
+            return self.vocab_head(f)
         return F.linear(f, self.head_rows.to(f.dtype))
+
+    @torch.no_grad()
+    def for_drafting(self, quant: str = "none") -> EagleHead:
+        """This head made cheap to draft with, in place, for inference only: q, k and v
+        fused into one product (the target's own shape, so its measured kernel plan is
+        shared), the vocabulary head as a layer, and with `quant` "int4" / "int8" every
+        projection in that format (`specdec.models.quant`; the head then drafts with those
+        weights, which changes what it proposes, never what the target emits). Run
+        `kernel_tuning` over it afterwards (`LLM` does)."""
+        from specdec.models.quant import QUANTS, _quantized
+
+        if quant not in QUANTS:
+            raise InvalidParameterError(f"quantization must be one of {', '.join(QUANTS)}")
+        weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])
+        bias = torch.cat([self.q.bias, self.k.bias, self.v.bias])
+        qkv = Linear(weight.shape[1], weight.shape[0], device="meta")
+        qkv.weight, qkv.bias = nn.Parameter(weight, False), nn.Parameter(bias, False)
+        vocab = Linear(self.config.hidden_size, self.config.vocab_size, bias=False, device="meta")
+        vocab.weight = nn.Parameter(self.head_rows.to(weight.dtype), False)
+        self.qkv_proj, self.vocab_head = qkv, vocab
+        del self.q, self.k, self.v  # the fused copy replaces them
+        self.q = self.k = self.v = None
+        if quant != "none" and weight.device.type == "cpu":
+            for name in ("fc", "qkv_proj", "o", "gate_up", "down", "vocab_head"):
+                setattr(self, name, _quantized(getattr(self, name), quant))
+        return self.eval().requires_grad_(False)
 
     # whole sequences (training, evaluation) ------------------------------------------
 

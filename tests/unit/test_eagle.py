@@ -172,3 +172,31 @@ def test_training_steps_unrolled_learn_the_later_drafts(target):
 
     assert train(2) > 0.9
     assert train(2) > train(1) + 0.2
+
+
+def test_for_drafting_fuses_without_changing_the_function(target):
+    """`for_drafting("none")` (q, k, v as one product, the vocabulary head as a layer)
+    computes what the head did; "int4" quantizes every projection whose shape takes it."""
+    import copy
+
+    from specdec.models.quant import Int4Linear
+
+    head = random_head(target)
+    x = torch.randint(0, 97, (2, 7))
+    f = torch.randn(2, 7, 64)
+    pos = torch.arange(7)[None].expand(2, -1)
+    with torch.no_grad():
+        before = head.logits(head.teacher_forced(x, f, pos))
+        fused = copy.deepcopy(head).for_drafting("none")
+        torch.testing.assert_close(fused.logits(fused.teacher_forced(x, f, pos)), before)
+        quantized = copy.deepcopy(head).for_drafting("int4")
+        # each projection whose input width takes 4-bit groups (K % 64 == 0; not `down`,
+        # K = 48) is near its bf16 self: 4-bit weights and 8-bit activations, ~8% here
+        # (their exactness against the dequantized weights is test_quant's)
+        for name in ("fc", "qkv_proj", "o", "gate_up", "vocab_head"):
+            layer, reference = getattr(quantized, name), getattr(fused, name)
+            assert isinstance(layer, Int4Linear), name
+            x_in = torch.randn(5, layer.in_features)
+            error = (layer(x_in) - reference(x_in)).norm() / reference(x_in).norm()
+            assert error < 0.12, (name, float(error))
+        assert not isinstance(quantized.down, Int4Linear)
