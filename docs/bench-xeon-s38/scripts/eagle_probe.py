@@ -68,7 +68,7 @@ def phase_states(out: Path, minutes: float) -> None:
     for _ in range(len(shards) * 8):  # skip the text already in shards
         stream.next_batch()
     started = time.perf_counter()
-    n = len(shards)
+    n = first = len(shards)
     while time.perf_counter() - started < minutes * 60:
         toks, hids, labs = [], [], []
         for _ in range(8):
@@ -86,7 +86,7 @@ def phase_states(out: Path, minutes: float) -> None:
         save_file(tensors, str(file.with_suffix(".tmp")))
         file.with_suffix(".tmp").rename(file)
         n += 1
-        rate = n * 8 * 1024 / max(1e-9, time.perf_counter() - started)
+        rate = (n - first) * 8 * 1024 / max(1e-9, time.perf_counter() - started)
         print(f"shard {n}: {n * 8 * 1024} positions, {rate:.0f}/s (this run)", flush=True)
 
 
