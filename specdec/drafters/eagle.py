@@ -13,17 +13,27 @@ the head's predicted state with the token it drafted. Those speculative entries 
 dropped at `commit`, since the true states of the accepted ones arrive next. Drafts are
 greedy (top-1 of the draft vocabulary), a deterministic function of the committed history,
 so q is one-hot (`probs` None) and the lossless acceptors stay lossless at any temperature.
+
+With the engine's prefix store (`use_prefix_cache`) a prefill that reused a stored prompt
+prefix hands over states only past it. This drafter's own store keeps the target's states
+of recent prompts, keyed by their tokens as the target's keys and values are (a state
+depends on the tokens up to its position), and gives back those of the reused prefix, so
+the head's entries are what a full prefill would give. (Its entries themselves could not
+be stored that way: entry j also depends on token j + 1, where two prompts that share j
+positions part.)
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import torch
 
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase, PassStates
+from specdec.models.prefix_cache import PrefixCache
 from specdec.speculator.eagle import EagleHead
 
 
@@ -43,6 +53,43 @@ class EagleDrafter(DrafterBase):
         # (entries, seconds) of the latest step's catch-up (entries beyond two per row);
         # the engine prices starting to speculate with it, as for a draft model.
         self.last_catch_up: tuple[int, float] = (0, 0.0)
+        self.history: list[list[int]] = []  # each row's committed tokens
+        self.admitted: list[bool] = []  # rows whose prefill's states have not come yet
+        self.store: PrefixCache | None = None  # the target's states of recent prompts
+        self._drafted: list[list[int]] = []  # the latest proposal, per row
+
+    def use_prefix_cache(self, store: PrefixCache) -> None:
+        self.store = store
+
+    @staticmethod
+    def _as_cache(states: torch.Tensor) -> SimpleNamespace:
+        """`states [n, E]` as one row of a one-layer cache: what `PrefixCache` copies
+        (keys: the states; values: empty)."""
+        n = len(states)
+        return SimpleNamespace(
+            k=[states[None, None]],
+            v=[states.new_empty(1, 1, n, 0)],
+            lengths=torch.tensor([n]),
+        )
+
+    def _restore_prefix(self, row: int, reused: int) -> None:
+        """Queue the stored states of the first `reused` prompt positions of a new row
+        (as many as the store holds; a shorter run leaves a gap the head skips over) and
+        store the prompt's states once they are all known."""
+        E = self.head.config.hidden_size
+        prompt = self.history[row][:-1]
+        found = torch.empty(reused, E, dtype=self.k.dtype, device=self.k.device)
+        got = 0
+        if reused and self.store is not None:
+            view = self._as_cache(found)
+            view.lengths.zero_()
+            got = self.store.load(view, 0, prompt[: reused + 1])
+        if got:
+            self.pending_states[row].insert(0, found[:got])
+            self.pending_tokens[row][:0] = prompt[1 : got + 1]
+        if got == reused and self.store is not None:
+            states = torch.cat(self.pending_states[row]).to(self.k.dtype)
+            self.store.save(self._as_cache(states), 0, prompt)
 
     @property
     def rows(self) -> int:
@@ -52,18 +99,24 @@ class EagleDrafter(DrafterBase):
         """New rows; their states arrive through `observe_pass` (the prefill's)."""
         for h in histories:
             self.last.append(int(h[-1]))
+            self.history.append(list(h))
+            self.admitted.append(True)
             self.pending_states.append([])
             self.pending_tokens.append([])
 
     def observe_pass(self, states: PassStates) -> None:
         """Queue each kept position's state with the token that followed it: the next
-        kept token, or for the newest the row's committed token."""
+        kept token, or for the newest the row's committed token. A new row's prefill that
+        skipped a stored prefix takes that prefix's entries from this drafter's store."""
         lengths = states.lengths.tolist()
         tokens = states.tokens.tolist()
         for i, n in enumerate(lengths):
             row = states.first_row + i
             self.pending_states[row].append(states.hidden[i, :n].clone())
             self.pending_tokens[row].extend(tokens[i][1:n] + [self.last[row]])
+            if self.admitted[row]:  # the prefill's: positions a stored prefix gave are not
+                self.admitted[row] = False
+                self._restore_prefix(row, len(self.history[row]) - 1 - n)
 
     def catch_up_tokens(self) -> int:
         """Entries a drafting step would feed now beyond two per row."""
@@ -76,6 +129,7 @@ class EagleDrafter(DrafterBase):
         self.last_catch_up = (0, 0.0)
         n = min(k, self.n_predict)
         if n == 0:
+            self._drafted = [[] for _ in range(B)]
             return Draft.empty(B, device)
         started = time.perf_counter()
         feed = [len(t) for t in self.pending_tokens]
@@ -90,6 +144,7 @@ class EagleDrafter(DrafterBase):
                 x = self.head.inputs(token[:, None], state[:, None])
                 state = self._step(x, torch.ones(B, dtype=torch.long), self.lengths[:B] + i)
         tokens = torch.stack(drafted, 1).cpu()  # [B, n]
+        self._drafted = tokens.tolist()
         return Draft(tokens, None, torch.full((B,), n, dtype=torch.long))
 
     def _feed_pending(self) -> torch.Tensor:
@@ -145,22 +200,33 @@ class EagleDrafter(DrafterBase):
         """The speculative entries go (the accepted drafts' true states come next); the
         committed token follows each row's newest state."""
         self.last[:] = [int(t) for t in next_tokens.tolist()]
+        for row, (a, nxt) in enumerate(zip(num_accepted.tolist(), self.last, strict=True)):
+            drafted = self._drafted[row] if row < len(self._drafted) else []
+            self.history[row].extend(drafted[:a] + [nxt])
 
     def move_row(self, src: int, dst: int) -> None:
         n = int(self.lengths[src])
         self.k[dst, :, :n] = self.k[src, :, :n]
         self.v[dst, :, :n] = self.v[src, :, :n]
         self.lengths[dst] = n
-        self.last[dst] = self.last[src]
-        self.pending_states[dst] = self.pending_states[src]
-        self.pending_tokens[dst] = self.pending_tokens[src]
+        for rows in self._per_row():
+            rows[dst] = rows[src]
         self.reset_row(src)
+
+    def _per_row(self) -> tuple[list, ...]:
+        return (
+            self.last,
+            self.history,
+            self.admitted,
+            self.pending_states,
+            self.pending_tokens,
+        )
 
     def reset_row(self, row: int) -> None:
         self.lengths[row] = 0
         if row == self.rows - 1:
-            self.last.pop()
-            self.pending_states.pop()
-            self.pending_tokens.pop()
+            for rows in self._per_row():
+                rows.pop()
         else:
             self.pending_states[row], self.pending_tokens[row] = [], []
+            self.history[row] = []

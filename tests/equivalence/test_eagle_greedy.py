@@ -71,3 +71,44 @@ def test_eagle_drafts_leave_greedy_output_exact(setup, tokenizer, acceptor, max_
     if trained:  # over 3 tokens a pass (27 passes here; the untrained head's start, which
         # repeats the target's last choice, takes 41-42 on these looping continuations)
         assert passes < len(PROMPTS) * (N - 1) / 3
+
+
+def test_a_reused_prompt_prefix_drafts_as_a_computed_one(setup, tokenizer):
+    """A prefill that copies a stored prompt prefix gives the drafter states only past it;
+    the head's own entries for the prefix come from its store, so it proposes exactly
+    what it proposes without any store, step by step (a head with random weights, whose
+    drafts depend on every entry it attends to)."""
+    target, refs, params = setup
+    head = build_eagle(target, intermediate_size=64, n_predict=4)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.5)
+    shared = [5, 17, 42, 8, 60, 3, 3, 3]
+    prompts = [shared + [9, 12], shared + [80, 81, 2], shared[:6] + [44]]
+
+    class Recorded(EagleDrafter):
+        def propose(self, k, params, generators):
+            draft = super().propose(k, params, generators)
+            proposals.append(draft.tokens.tolist())
+            return draft
+
+    def run(store_tokens):
+        proposals.clear()
+        engine = Engine(
+            target,
+            tokenizer,
+            frozenset(),
+            max_batch=1,  # one at a time: each prefill can reuse the ones before it
+            drafter_factory=lambda b, length: Recorded(head, b, length),
+            acceptor=GreedyAcceptor(),
+            window=FixedWindow(4),
+            prefix_cache_tokens=store_tokens,
+        )
+        out = [engine.generate([p], params)[0].token_ids for p in prompts]
+        return out, list(proposals), engine
+
+    proposals: list = []
+    tokens, drafts, engine = run(4096)
+    assert engine.prefix_cache.hits > 0 and engine.draft_prefix_cache.hits > 0
+    assert (tokens, drafts) == run(0)[:2]
