@@ -220,7 +220,7 @@ def eagle_step_seconds(
     n, c = head.config.n_predict, head.config
     weight = head.fc.weight
     drafter = EagleDrafter(head, rows, context + repeats + WARMUP + n + 2)
-    drafter.admit([[0]] * rows)
+    drafter.admit([[0] * (context + 1)] * rows)  # a prompt of `context` and its first token
 
     def observe(T: int) -> None:
         hidden = torch.randn(rows, T, c.hidden_size, dtype=weight.dtype, device=weight.device)

@@ -116,7 +116,7 @@ class EagleDrafter(DrafterBase):
             self.pending_tokens[row].extend(tokens[i][1:n] + [self.last[row]])
             if self.admitted[row]:  # the prefill's: positions a stored prefix gave are not
                 self.admitted[row] = False
-                self._restore_prefix(row, len(self.history[row]) - 1 - n)
+                self._restore_prefix(row, max(0, len(self.history[row]) - 1 - n))
 
     def catch_up_tokens(self) -> int:
         """Entries a drafting step would feed now beyond two per row."""
