@@ -176,6 +176,7 @@ class LLM:
         self.quant = quant
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
+        self.draft_quant = draft_quant
         self.speculator = self.learner = self.eagle = None
         self.tree = _parse_tree(tree)
         self.n_candidates = n_candidates
@@ -247,7 +248,7 @@ class LLM:
             return lambda max_batch, max_len: NgramDrafter()
         if is_eagle_dir(draft):
             head = load_eagle(draft, self.model, self.model.dtype, device)
-            self.eagle = _tuned_layers(head.for_drafting(quant))
+            self.eagle = tuned_layers(head.for_drafting(quant))
             return lambda max_batch, max_len: EagleDrafter(self.eagle, max_batch, max_len)
         if is_speculator_dir(draft):
             # Under tensor parallelism every rank holds all the heads (they are small) and
@@ -357,7 +358,7 @@ def _tuned(model):
     return model
 
 
-def _tuned_layers(module):
+def tuned_layers(module):
     """`module`'s CPU projections on the kernels (and int4 layouts) measured fastest here:
     `_tuned` for what is not a whole Transformer (it has no decode stack)."""
     if next(module.parameters()).device.type == "cpu":

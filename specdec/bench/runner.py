@@ -48,7 +48,7 @@ from specdec.drafters import EagleDrafter, NgramDrafter
 from specdec.drafters.speculator import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import SpecdecError
-from specdec.llm import LLM, build_acceptor, build_window
+from specdec.llm import LLM, build_acceptor, build_window, tuned_layers
 from specdec.metrics import SpecStats
 from specdec.speculator.eagle import EagleHead
 from specdec.tokenization import encode_prompt
@@ -161,6 +161,8 @@ class Runner:
 
             load = load_eagle if is_eagle_dir(heads) else load_speculator
             self.speculator = load(heads, self.llm.model, self.llm.model.dtype, device)
+            if isinstance(self.speculator, EagleHead):  # drafts as `LLM` would run it
+                self.speculator = tuned_layers(self.speculator.for_drafting(self.llm.draft_quant))
         self.heads_tree, self.heads_candidates = heads_tree, heads_candidates
         self._prompts: dict[str, list[list[int]]] = {}
         self._hf: dict[str, object] = {}
