@@ -50,8 +50,10 @@ class EagleDrafter(DrafterBase):
         self.last: list[int] = []  # each row's newest committed token
         self.pending_states: list[list[torch.Tensor]] = []  # [n, E] pieces per row
         self.pending_tokens: list[list[int]] = []  # the token after each pending state
-        # (entries, seconds) of the latest step's catch-up (entries beyond two per row);
-        # the engine prices starting to speculate with it, as for a draft model.
+        # (entries, seconds) of the latest step's catch-up (entries beyond two per row),
+        # which the engine takes out of the step's draft time. Unlike a draft model's it
+        # is not priced before starting (no `catch_up_tokens`): all but each row's newest
+        # entry need only their keys and values, a few percent of the layer.
         self.last_catch_up: tuple[int, float] = (0, 0.0)
         self.history: list[list[int]] = []  # each row's committed tokens
         self.admitted: list[bool] = []  # rows whose prefill's states have not come yet
@@ -117,10 +119,6 @@ class EagleDrafter(DrafterBase):
             if self.admitted[row]:  # the prefill's: positions a stored prefix gave are not
                 self.admitted[row] = False
                 self._restore_prefix(row, max(0, len(self.history[row]) - 1 - n))
-
-    def catch_up_tokens(self) -> int:
-        """Entries a drafting step would feed now beyond two per row."""
-        return sum(max(0, len(t) - 2) for t in self.pending_tokens)
 
     @torch.inference_mode()
     def propose(self, k, params, generators) -> Draft:
