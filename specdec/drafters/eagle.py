@@ -116,7 +116,7 @@ class EagleDrafter(DrafterBase):
             row = states.first_row + i
             self.pending_states[row].append(states.hidden[i, :n].clone())
             self.pending_tokens[row].extend(tokens[i][1:n] + [self.last[row]])
-            if self.admitted[row]:  # the prefill's: positions a stored prefix gave are not
+            if self.admitted[row]:  # the prefill: it lacks the positions a stored prefix gave
                 self.admitted[row] = False
                 self._restore_prefix(row, max(0, len(self.history[row]) - 1 - n))
 
