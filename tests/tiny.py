@@ -72,3 +72,15 @@ def staggered(engine, prompts, params):
             seqs.append(engine.add_request(*pending.pop(0)))
         engine.step()
     return seqs
+
+
+def plain_greedy_references(tokenizer, prompts, max_tokens: int, kind: str = "qwen2"):
+    """(target, greedy outputs of `prompts`, their SamplingParams) on a fresh tiny fp32
+    target: the references the speculative equivalence tests compare against."""
+    from specdec.config import SamplingParams
+    from specdec.engine import Engine
+
+    target = native_from_hf(hf_tiny(kind))
+    params = SamplingParams(temperature=0, max_tokens=max_tokens)
+    refs = [c.token_ids for c in Engine(target, tokenizer, frozenset()).generate(prompts, params)]
+    return target, refs, params

@@ -44,7 +44,7 @@ from specdec.errors import (
     ModelNotFoundError,
 )
 from specdec.models.linear import Linear
-from specdec.speculator.model import _read, target_tables
+from specdec.speculator.model import _read, read_config, target_tables
 
 MODEL_TYPE = "specdec_eagle"
 ARCHITECTURE = "SpecdecEagleHead"
@@ -303,14 +303,7 @@ def _tables(target, vocab_map: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 def is_eagle_dir(path: str | Path) -> bool:
     """True for a directory whose config.json describes an eagle head."""
-    file = Path(path).expanduser() / "config.json"
-    if not file.is_file():
-        return False
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, ValueError):
-        return False
-    return data.get("model_type") == MODEL_TYPE
+    return read_config(path).get("model_type") == MODEL_TYPE
 
 
 def load_eagle(

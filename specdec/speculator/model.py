@@ -395,15 +395,22 @@ def _check_shape(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> Non
         )
 
 
-def is_speculator_dir(path: str | Path) -> bool:
-    """True for a directory whose config.json describes an MLP speculator."""
+def read_config(path: str | Path) -> dict:
+    """A directory's config.json, or {} where there is none or it is not readable JSON
+    (for telling what kind of draft a directory holds; the loaders report what is wrong)."""
     file = Path(path).expanduser() / "config.json"
     if not file.is_file():
-        return False
+        return {}
     try:
         data = json.loads(file.read_text())
     except (OSError, ValueError):
-        return False
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def is_speculator_dir(path: str | Path) -> bool:
+    """True for a directory whose config.json describes an MLP speculator."""
+    data = read_config(path)
     return data.get("model_type") == MODEL_TYPE or ARCHITECTURE in data.get("architectures", [])
 
 

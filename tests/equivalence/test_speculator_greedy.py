@@ -12,14 +12,13 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.speculator import SpeculatorConfig
 from specdec.speculator.train import TargetStates
 
-from tiny import hf_tiny, native_from_hf
+from tiny import plain_greedy_references
 
 PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 8, 7, 7, 8, 7]]
 N = 25
@@ -57,10 +56,7 @@ class ScriptedSpeculator:
 
 @pytest.fixture(scope="module")
 def setup(tokenizer):
-    target = native_from_hf(hf_tiny("qwen2"))
-    params = SamplingParams(temperature=0, max_tokens=N)
-    refs = [c.token_ids for c in Engine(target, tokenizer, frozenset()).generate(PROMPTS, params)]
-    return target, refs, params
+    return plain_greedy_references(tokenizer, PROMPTS, N)
 
 
 @pytest.mark.parametrize("acceptor", [GreedyAcceptor(), RejectionSampler()])

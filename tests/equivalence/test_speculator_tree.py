@@ -23,7 +23,7 @@ from specdec.speculator import SpeculatorConfig
 from specdec.speculator.train import TargetStates
 from specdec.speculator.tree import TreeDraft
 
-from tiny import hf_tiny, native_from_hf
+from tiny import hf_tiny, native_from_hf, plain_greedy_references
 
 PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 8, 7, 7, 8, 7]]
 N = 25
@@ -78,10 +78,7 @@ class ScriptedTreeSpeculator:
 
 @pytest.fixture(scope="module")
 def setup(tokenizer):
-    target = native_from_hf(hf_tiny("qwen2"))
-    params = SamplingParams(temperature=0, max_tokens=N)
-    refs = [c.token_ids for c in Engine(target, tokenizer, frozenset()).generate(PROMPTS, params)]
-    return target, refs, params
+    return plain_greedy_references(tokenizer, PROMPTS, N)
 
 
 def _engine(target, tokenizer, spec, max_batch, acceptor, n_candidates, k=5):
