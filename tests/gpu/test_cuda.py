@@ -17,11 +17,12 @@ import torch
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
-from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
+from specdec.drafters import DraftModelDrafter, EagleDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
 from specdec.speculator import SpeculatorConfig
+from specdec.speculator.eagle import build_eagle
 from specdec.speculator.model import MLPSpeculator
 
 from tiny import hf_tiny, native_from_hf
@@ -75,6 +76,13 @@ def _random_heads(target, seed: int = 0) -> MLPSpeculator:
     return MLPSpeculator(cfg).to(CUDA).eval()
 
 
+def _random_eagle(target, seed: int = 0):
+    """An untrained eagle head on the GPU: its drafts are mostly rejected, which exercises
+    the drafter's cache rollback on every step."""
+    torch.manual_seed(seed)
+    return build_eagle(target, intermediate_size=64, n_predict=4).to(CUDA).eval()
+
+
 DRAFTERS = {
     "draft model k=1": (lambda m: lambda b, n: DraftModelDrafter(m[1], 97, 97, b, n), 1),
     "draft model k=6": (lambda m: lambda b, n: DraftModelDrafter(m[1], 97, 97, b, n), 6),
@@ -82,6 +90,7 @@ DRAFTERS = {
     "n-gram k=3": (lambda m: lambda b, n: NgramDrafter(), 3),
     "draft model auto": (lambda m: lambda b, n: DraftModelDrafter(m[1], 97, 97, b, n), "auto"),
     "heads chain": (lambda m: lambda b, n: SpeculatorDrafter(_random_heads(m[0]), b, CUDA), 3),
+    "eagle k=3": (lambda m: lambda b, n: EagleDrafter(_random_eagle(m[0]), b, n), 3),
 }
 
 
