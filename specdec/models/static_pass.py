@@ -34,6 +34,7 @@ Outputs are views of the pass's tensors, valid until the next call of the same o
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -217,8 +218,18 @@ class Replay:
                 fn()
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
-            self.outputs = fn()
+        # No garbage collection inside the capture: one could free an earlier engine's
+        # graphs, whose destructors make CUDA calls that a capturing stream forbids, and so
+        # invalidate this capture (the full tests/gpu run hit it on an H200, after six such
+        # destructors). `torch.cuda.graph` collects once before it begins.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(self.graph, pool=pool):
+                self.outputs = fn()
+        finally:
+            if collecting:
+                gc.enable()
         torch.cuda.synchronize()  # the capture's cost lands here, not in the next step
 
     @property
