@@ -29,8 +29,8 @@ def _model_args(p) -> None:
     p.add_argument(
         "--tree",
         default=None,
-        help="with speculator heads: top-k per head, e.g. 4,3,2, to draft candidate trees "
-        "verified in one pass (lossless for greedy and sampling)",
+        help="with speculator or eagle heads: top-k per draft position, e.g. 4,3,2, to draft "
+        "candidate trees verified in one pass (lossless for greedy and sampling)",
     )
     p.add_argument(
         "--n-candidates", type=int, default=None, help="paths kept per tree (default: all)"

@@ -77,7 +77,7 @@ class LLM:
         every rank builds the same LLM and calls `generate` with the same prompts.
     draft_tp: 1 (default: every rank runs the whole draft model, no communication) or
         `tp` (the draft is sharded like the target).
-    tree: with speculator heads, the top-k per head ("4,3,2" or (4, 3, 2)): each step
+    tree: with speculator or eagle heads, the top-k per draft position ("4,3,2"): each step
         drafts a candidate tree of the best `n_candidates` paths (default: all), verified
         in one target pass (`specdec.speculator.tree`); lossless with the rejection and
         greedy acceptors.
@@ -193,7 +193,7 @@ class LLM:
             from specdec.speculator.online import OnlineLearner
 
             self.learner = OnlineLearner(self.speculator, learn_config, out=draft)
-        if self.tree is not None and self.speculator is None:
+        if self.tree is not None and self.speculator is None and self.eagle is None:
             raise InvalidParameterError("--tree needs speculator heads as --draft")
         tree_nodes = factory(1, 1).max_nodes if self.tree is not None else 0
         heads_model = self.speculator or self.eagle
@@ -249,7 +249,9 @@ class LLM:
         if is_eagle_dir(draft):
             head = load_eagle(draft, self.model, self.model.dtype, device)
             self.eagle = tuned_layers(head.for_drafting(quant))
-            return lambda max_batch, max_len: EagleDrafter(self.eagle, max_batch, max_len)
+            return lambda max_batch, max_len: EagleDrafter(
+                self.eagle, max_batch, max_len, self.tree, self.n_candidates
+            )
         if is_speculator_dir(draft):
             # Under tensor parallelism every rank holds all the heads (they are small) and
             # drafts alike from the whole hidden state, which every rank has after the

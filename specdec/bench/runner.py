@@ -419,16 +419,10 @@ class Runner:
         if isinstance(k, int) and k > n:
             raise Skip(f"k = {k} exceeds the {n} tokens the heads draft")
         device = self.llm.model.device
-        if isinstance(spec, EagleHead):  # one layer over the target's states: chains only
-            if tree is not None:
-                raise Skip("an eagle head drafts chains, not candidate trees")
-            return (
-                lambda max_batch, max_len: EagleDrafter(spec, max_batch, max_len),
-                build_window(k, min(self.k_max, n)),
-                0,
-            )
 
-        def factory(max_batch: int, max_len: int) -> SpeculatorDrafter:
+        def factory(max_batch: int, max_len: int) -> SpeculatorDrafter | EagleDrafter:
+            if isinstance(spec, EagleHead):  # one layer over the target's states
+                return EagleDrafter(spec, max_batch, max_len, tree, self.heads_candidates)
             return SpeculatorDrafter(
                 spec,
                 max_batch,

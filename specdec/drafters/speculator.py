@@ -27,16 +27,14 @@ With `static_passes` the heads draft through `specdec.models.static_pass.StaticH
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
-from specdec.errors import InvalidParameterError
 from specdec.models.static_pass import StaticHeads, use_static_passes
-from specdec.speculator.tree import TokenTree, TreeDraft, select_paths
+from specdec.speculator.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
 
 
 class SpeculatorDrafter(DrafterBase):
@@ -63,14 +61,7 @@ class SpeculatorDrafter(DrafterBase):
         cfg = speculator.config
         self.n_predict = cfg.n_predict
         if tree is not None:
-            tree = tuple(int(t) for t in tree)
-            if not tree or min(tree) < 1 or len(tree) > cfg.n_predict:
-                raise InvalidParameterError(
-                    f"tree needs 1..{cfg.n_predict} top-k sizes >= 1 (one per head), got {tree}"
-                )
-            n_candidates = n_candidates or math.prod(tree)
-            if n_candidates < 1:
-                raise InvalidParameterError(f"n_candidates must be >= 1, got {n_candidates}")
+            tree, n_candidates = check_tree(tree, cfg.n_predict, n_candidates)
         self.tree = tree
         self.n_candidates = n_candidates
         self.sampled_tree = sampled_tree
@@ -105,12 +96,7 @@ class SpeculatorDrafter(DrafterBase):
     @property
     def max_nodes(self) -> int:
         """The most tree nodes one row can propose (0 in chain mode)."""
-        if self.tree is None:
-            return 0
-        # Level i holds at most prod(tree[:i+1]) nodes and at most one per kept path.
-        return sum(
-            min(self.n_candidates, math.prod(self.tree[: i + 1])) for i in range(len(self.tree))
-        )
+        return 0 if self.tree is None else max_tree_nodes(self.tree, self.n_candidates)
 
     def propose(self, k, params, generators) -> Draft | TreeDraft:
         if self.learner is not None:
@@ -137,12 +123,14 @@ class SpeculatorDrafter(DrafterBase):
             paths, scores = self._static.propose_tree(B, topk)
         else:
             paths, scores = self.speculator.propose_tree(self.hidden[:B], self.last[:B], topk)
-        paths, scores = paths.cpu(), scores.cpu()
-        trees = []
-        for b in range(B):
-            keep = self.n_candidates if params[b].greedy or self.sampled_tree else 1
-            trees.append(TokenTree.from_paths(select_paths(paths[b], scores[b], keep)))
-        return TreeDraft.from_trees(trees, self.hidden.device)
+        return tree_draft(
+            paths.cpu(),
+            scores.cpu(),
+            params,
+            self.n_candidates,
+            self.sampled_tree,
+            self.hidden.device,
+        )
 
     def commit(self, num_accepted, next_tokens) -> None:
         self.last[: self.rows] = next_tokens.to(self.last.device)

@@ -17,10 +17,52 @@ have no parent in the tree (-1) and lie on no path, so they are never accepted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from specdec.errors import InvalidParameterError
+
+
+def check_tree(
+    tree: Sequence[int], n_predict: int, n_candidates: int | None
+) -> tuple[tuple[int, ...], int]:
+    """A drafter's `tree` (top-k per draft position, at most `n_predict` levels) and its
+    `n_candidates` (default: every combination), checked."""
+    tree = tuple(int(t) for t in tree)
+    if not tree or min(tree) < 1 or len(tree) > n_predict:
+        raise InvalidParameterError(
+            f"tree needs 1..{n_predict} top-k sizes >= 1 (one per head), got {tree}"
+        )
+    n_candidates = n_candidates or math.prod(tree)
+    if n_candidates < 1:
+        raise InvalidParameterError(f"n_candidates must be >= 1, got {n_candidates}")
+    return tree, n_candidates
+
+
+def max_tree_nodes(tree: Sequence[int], n_candidates: int) -> int:
+    """The most nodes a tree of the best `n_candidates` paths of `tree` can have: level i
+    holds at most prod(tree[:i+1]) nodes and at most one per kept path."""
+    return sum(min(n_candidates, math.prod(tree[: i + 1])) for i in range(len(tree)))
+
+
+def tree_draft(
+    paths: torch.Tensor,  # [B, P, n] candidate token paths (host)
+    scores: torch.Tensor,  # [B, P] summed log-probabilities (host)
+    params: Sequence,  # [B] SamplingParams
+    n_candidates: int,
+    sampled_tree: bool,
+    device: torch.device | str,
+) -> TreeDraft:
+    """Each row's best `n_candidates` paths merged into its tree; a row that samples gets
+    only its best path unless `sampled_tree`."""
+    trees = []
+    for b in range(len(paths)):
+        keep = n_candidates if params[b].greedy or sampled_tree else 1
+        trees.append(TokenTree.from_paths(select_paths(paths[b], scores[b], keep)))
+    return TreeDraft.from_trees(trees, device)
 
 
 def select_paths(

@@ -69,6 +69,38 @@ def test_eagle_drafts_leave_greedy_output_exact(setup, tokenizer, acceptor, max_
         assert passes < len(PROMPTS) * (N - 1) / 3
 
 
+@pytest.mark.parametrize("acceptor", [GreedyAcceptor(), RejectionSampler()])
+@pytest.mark.parametrize("max_batch", [8, 2])
+@pytest.mark.parametrize("tree", [(3, 2, 1), (2, 2, 2, 2)], ids=["321", "2222-beam4"])
+def test_eagle_trees_leave_greedy_output_exact(setup, tokenizer, acceptor, max_batch, tree):
+    """Candidate trees verified in one pass (the tree walk), from a trained head: the
+    output is plain greedy's, and the trees are kept deeper than the chain of top-1
+    drafts is (fewer passes than the same head drafting chains)."""
+    target, refs, params = setup
+    head = trained_head(target, refs)
+    n_candidates = 4 if len(tree) == 4 else None
+
+    def run(shape):
+        make = lambda b, length: EagleDrafter(head, b, length, shape, n_candidates)  # noqa: E731
+        engine = Engine(
+            target,
+            tokenizer,
+            frozenset(),
+            max_batch=max_batch,
+            drafter_factory=make,
+            acceptor=acceptor,
+            window=FixedWindow(len(shape)),
+            max_tree_nodes=make(1, 8).max_nodes,
+        )
+        out = engine.generate(PROMPTS, params)
+        return [c.token_ids for c in out], sum(c.stats.steps for c in out)
+
+    tokens, passes = run(tree)
+    assert tokens == refs
+    _, chain_passes = run((1,) * len(tree))
+    assert passes < chain_passes
+
+
 def test_a_reused_prompt_prefix_drafts_as_a_computed_one(setup, tokenizer):
     """A prefill that copies a stored prompt prefix gives the drafter states only past it;
     the head's own entries for the prefix come from its store, so it proposes exactly

@@ -292,8 +292,8 @@ def test_draft_vocab_needs_a_draft_model(model_dir, capsys):
 
 
 def test_generate_with_an_eagle_head(model_dir, tmp_path, capsys):
-    """`--draft EAGLE_DIR` drafts with the head, at a fixed k and with `auto` (capped at
-    the head's n_predict), and the output is the target's."""
+    """`--draft EAGLE_DIR` drafts with the head, at a fixed k, with `auto` (capped at
+    the head's n_predict) and as a candidate tree, and the output is the target's."""
     from specdec.models.loading import load_transformer
     from specdec.speculator.eagle import build_eagle
 
@@ -308,3 +308,6 @@ def test_generate_with_an_eagle_head(model_dir, tmp_path, capsys):
         assert code == 0 and row["token_ids"] == json.loads(plain)["token_ids"]
         if k == "3":
             assert len(row["spec"]["acceptance_per_position"]) == 2  # n_predict caps it
+    tree = ["--draft", str(tmp_path / "eagle"), "--tree", "2,2", "--speculate", "2"]
+    code, out, _ = _run(capsys, *base, *tree)
+    assert code == 0 and json.loads(out)["token_ids"] == json.loads(plain)["token_ids"]

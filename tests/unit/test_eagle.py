@@ -200,3 +200,73 @@ def test_for_drafting_fuses_without_changing_the_function(target):
             error = (layer(x_in) - reference(x_in)).norm() / reference(x_in).norm()
             assert error < 0.12, (name, float(error))
         assert not isinstance(quantized.down, Int4Linear)
+
+
+def reference_path_logp(head, tokens, states, path):
+    """Draft-vocabulary log-probabilities `[len(path) + 1, N]` at each depth of `path`
+    after `tokens [L+1]` (states `[L, E]`), by whole causal passes forced along the path."""
+    feats, nexts = states, tokens[1:]
+    out = []
+    for i in range(len(path) + 1):
+        positions = torch.arange(len(nexts))[None]
+        f = head.teacher_forced(nexts[None], feats[None], positions)[0, -1]
+        out.append(torch.log_softmax(head.logits(f), -1))
+        if i < len(path):
+            feats = torch.cat([feats, f[None]])
+            nexts = torch.cat([nexts, torch.tensor([path[i]])])
+    return torch.stack(out)
+
+
+def reference_tree_paths(head, tokens, states, topk, vmap, prefix=()):
+    """Every combination of each depth's top-k under forced whole passes."""
+    depth = len(prefix)
+    if depth == len(topk):
+        return [tuple(prefix)]
+    logp = reference_path_logp(head, tokens, states, list(prefix))[depth]
+    return [
+        path
+        for i in logp.topk(topk[depth]).indices.tolist()
+        for path in reference_tree_paths(head, tokens, states, topk, vmap, (*prefix, vmap[i]))
+    ]
+
+
+def _prefilled(head, target, seqs, **tree):
+    drafter = EagleDrafter(head, max_batch=4, max_len=64, **tree)
+    drafter.admit([s.tolist() for s in seqs])
+    hidden = [TargetStates(target)(s[None])[0] for s in seqs]
+    lengths = torch.tensor([len(s) - 1 for s in seqs])
+    T, E = int(lengths.max()), hidden[0].shape[-1]
+    tok, hid = torch.zeros(len(seqs), T, dtype=torch.long), torch.zeros(len(seqs), T, E)
+    for i, (s, h) in enumerate(zip(seqs, hidden, strict=True)):
+        tok[i, : len(s) - 1], hid[i, : len(s) - 1] = s[:-1], h[:-1]
+    drafter.observe_pass(PassStates(tok, hid, lengths))
+    return drafter, hidden
+
+
+def test_a_candidate_tree_holds_every_top_k_combination_of_forced_passes(target):
+    """tree=(3, 2, 2) with every path kept: the paths are exactly the combinations of each
+    depth's top-k under whole causal passes forced along the path, and the chain of top-1
+    drafts is one of them."""
+    from specdec.config import SamplingParams
+
+    head = random_head(target, seed=4, vocab_map=torch.arange(2, 60))
+    g = torch.Generator().manual_seed(5)
+    seqs = [torch.randint(2, 97, (n,), generator=g) for n in (10, 5)]
+    drafter, hidden = _prefilled(head, target, seqs, tree=(3, 2, 2))
+    assert drafter.max_nodes == 3 + 6 + 12
+    greedy = [SamplingParams(temperature=0)] * 2
+    draft = drafter.propose(3, greedy, [])
+    vmap = head.vocab_map.tolist()
+    for b, (s, h) in enumerate(zip(seqs, hidden, strict=True)):
+        tree = draft.trees[b]
+        got = {tuple(tree.tokens[n] for n in path) for path in tree.paths}
+        assert got == set(reference_tree_paths(head, s, h[:-1], (3, 2, 2), vmap))
+        assert tuple(reference_drafts(head, s, h[:-1], 3)) in got
+    # the beam: at most n_candidates paths, each one of the combinations
+    drafter, _ = _prefilled(head, target, seqs, tree=(3, 2, 2), n_candidates=4)
+    assert drafter.max_nodes == 3 + 4 + 4
+    draft = drafter.propose(3, greedy, [])
+    assert all(len(t.paths) <= 4 and t.num_nodes <= 11 for t in draft.trees)
+    sampling = [SamplingParams(temperature=1.0)] * 2
+    drafter, _ = _prefilled(head, target, seqs, tree=(3, 2, 2), sampled_tree=False)
+    assert all(len(t.paths) == 1 for t in drafter.propose(3, sampling, []).trees)
