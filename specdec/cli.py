@@ -65,9 +65,9 @@ def _model_args(p) -> None:
     p.add_argument(
         "--learn",
         action="store_true",
-        help="train the --draft speculator heads on the requests answered, between engine "
-        "steps and while idle, checkpointing into that directory (an empty or new one starts "
-        "untrained heads)",
+        help="train the --draft speculator (or eagle) heads on the requests answered, between "
+        "engine steps and while idle, checkpointing into that directory (an empty or new one "
+        "starts untrained heads)",
     )
     p.add_argument(
         "--learn-budget",

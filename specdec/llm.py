@@ -81,8 +81,9 @@ class LLM:
         drafts a candidate tree of the best `n_candidates` paths (default: all), verified
         in one target pass (`specdec.speculator.tree`); lossless with the rejection and
         greedy acceptors.
-    learn: with speculator heads, train them on the requests this LLM answers while it
-        serves (`specdec.speculator.online`), checkpointing into the heads directory; a
+    learn: with speculator heads (or an eagle head), train them on the requests this LLM
+        answers while it serves (`specdec.speculator.online`), checkpointing into the
+        heads directory; a
         directory without heads starts untrained ones (`learn_heads` of them, reusing the
         target's tables). `learn_config` (a LearnConfig) sets the budget and sizes;
         `learner` then holds the trainer and its metrics. Output stays lossless.
@@ -178,6 +179,7 @@ class LLM:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
         self.draft_quant = draft_quant
         self.speculator = self.learner = self.eagle = None
+        self.learning = learn
         self.tree = _parse_tree(tree)
         self.n_candidates = n_candidates
         if learn:
@@ -188,11 +190,21 @@ class LLM:
             _new_heads_if_empty(draft, self.model, learn_heads)
         factory = self._drafter_factory(draft, dtype, device, draft_quant) if draft else None
         if learn:
-            if self.speculator is None:
-                raise InvalidParameterError(f"--learn: {draft} holds no speculator heads")
             from specdec.speculator.online import OnlineLearner
 
-            self.learner = OnlineLearner(self.speculator, learn_config, out=draft)
+            if self.eagle is not None:  # trains the loaded head, serves its drafting form
+                quant = self.draft_quant
+                self.learner = OnlineLearner(
+                    self._eagle_source,
+                    learn_config,
+                    out=draft,
+                    serve=lambda head: tuned_layers(head.for_drafting(quant)),
+                    current=self.eagle,
+                )
+            elif self.speculator is None:
+                raise InvalidParameterError(f"--learn: {draft} holds no speculator heads")
+            else:
+                self.learner = OnlineLearner(self.speculator, learn_config, out=draft)
         if self.tree is not None and self.speculator is None and self.eagle is None:
             raise InvalidParameterError("--tree needs speculator heads as --draft")
         tree_nodes = factory(1, 1).max_nodes if self.tree is not None else 0
@@ -248,9 +260,17 @@ class LLM:
             return lambda max_batch, max_len: NgramDrafter()
         if is_eagle_dir(draft):
             head = load_eagle(draft, self.model, self.model.dtype, device)
+            if self.learning:  # the learner trains this form: for_drafting works in place
+                self._eagle_source = head
+                head = load_eagle(draft, self.model, self.model.dtype, device)
             self.eagle = tuned_layers(head.for_drafting(quant))
             return lambda max_batch, max_len: EagleDrafter(
-                self.eagle, max_batch, max_len, self.tree, self.n_candidates
+                self.eagle if self.learner is None else self.learner.current,
+                max_batch,
+                max_len,
+                self.tree,
+                self.n_candidates,
+                learner=self.learner,
             )
         if is_speculator_dir(draft):
             # Under tensor parallelism every rank holds all the heads (they are small) and

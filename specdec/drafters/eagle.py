@@ -24,6 +24,10 @@ log-probability over the draft vocabulary; each level keeps at most `n_candidate
 the tree. Offline, on the trainer's held-out chats, the stop-38 head's tokens per pass
 went from 1.76 (a chain of 3) to 2.08 with (3, 2, 1) and 2.16 with (4, 2, 1).
 
+With a `learner` (`specdec.speculator.online.OnlineLearner`) the drafter records its rows'
+kept states and tokens for it, reports how many drafts were kept, and drafts with the
+learner's newest head, taken at the start of each proposal.
+
 With the engine's prefix store (`use_prefix_cache`) a prefill that reused a stored prompt
 prefix hands over states only past it. This drafter's own store keeps the target's states
 of recent prompts, keyed by their tokens as the target's keys and values are (a state
@@ -57,8 +61,15 @@ class EagleDrafter(DrafterBase):
         tree: Sequence[int] | None = None,
         n_candidates: int | None = None,
         sampled_tree: bool = True,
+        learner=None,
     ) -> None:
         self.head = head
+        self.learner, self.recorder = learner, None
+        if learner is not None:
+            from specdec.speculator.online import RequestRecorder
+
+            self.recorder = RequestRecorder(learner)
+        self._drafted = 0  # draft positions of the latest proposal
         c = head.config
         dtype, device = head.fc.weight.dtype, head.fc.weight.device
         self.n_predict = c.n_predict
@@ -125,6 +136,8 @@ class EagleDrafter(DrafterBase):
 
     def admit(self, histories: Sequence[Sequence[int]]) -> None:
         """New rows; their states arrive through `observe_pass` (the prefill's)."""
+        if self.recorder is not None:
+            self.recorder.admit(histories)
         for h in histories:
             self.last.append(int(h[-1]))
             self.history.append(list(h))
@@ -136,6 +149,8 @@ class EagleDrafter(DrafterBase):
         """Queue each kept position's state with the token that followed it: the next
         kept token, or for the newest the row's committed token. A new row's prefill that
         skipped a stored prefix takes that prefix's entries from this drafter's store."""
+        if self.recorder is not None:
+            self.recorder.record(states)
         lengths = states.lengths.tolist()
         tokens = states.tokens.tolist()
         for i, n in enumerate(lengths):
@@ -151,10 +166,12 @@ class EagleDrafter(DrafterBase):
 
     @torch.inference_mode()
     def propose(self, k, params, generators) -> Draft | TreeDraft:
+        if self.learner is not None:
+            self.head = self.learner.current  # the swap, between steps
         B = self.rows
         device = self.k.device
         self.last_catch_up = (0, 0.0)
-        n = min(k, self.n_predict)
+        n = self._drafted = min(k, self.n_predict)
         if n == 0:
             return Draft.empty(B, device)
         started = time.perf_counter()
@@ -288,8 +305,16 @@ class EagleDrafter(DrafterBase):
         their tokens, through `observe_pass`); the committed token follows each row's
         newest state."""
         self.last[:] = [int(t) for t in next_tokens.tolist()]
+        if self.learner is not None:
+            self.learner.record_step(self._drafted, num_accepted)
+            self.recorder.commit(next_tokens)
+
+    def between_steps(self, idle: bool = False) -> bool:
+        return self.learner is not None and self.learner.between_steps(idle)
 
     def move_row(self, src: int, dst: int) -> None:
+        if self.recorder is not None:
+            self.recorder.move_row(src, dst)
         n = int(self.lengths[src])
         self.k[dst, :, :n] = self.k[src, :, :n]
         self.v[dst, :, :n] = self.v[src, :, :n]
@@ -308,6 +333,8 @@ class EagleDrafter(DrafterBase):
         )
 
     def reset_row(self, row: int) -> None:
+        if self.recorder is not None:
+            self.recorder.reset_row(row)
         self.lengths[row] = 0
         if row == self.rows - 1:
             for rows in self._per_row():

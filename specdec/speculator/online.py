@@ -24,6 +24,12 @@ thread beside the engine cost 24-36% of decode throughput at a 0.25 budget: ever
 second of it stalls the engine's parallel regions.) A failure is kept in `error` (and
 logged); training stops there and serving goes on with the last published heads.
 
+An eagle head (`specdec.speculator.eagle`) learns the same way, with its own objective
+(`train.eagle_losses`: state regression and cross-entropy over unrolled draft steps); the
+learner trains its trainable form and publishes through `serve`, which makes the drafting
+form (fused q/k/v, quantized, tuned kernels). A row that was drafting when new weights came
+keeps its cached entries from the older weights until it finishes: only its drafts suffer.
+
 Checkpoints go to the heads directory (`config.json` + `model.safetensors`, replaced file by
 file after a complete write, plus `learn_state.json` and `learn_optimizer.pt`); a server
 started again on that directory resumes from them.
@@ -40,13 +46,14 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from specdec.errors import InvalidParameterError
+from specdec.speculator.eagle import EagleHead
 from specdec.speculator.model import WEIGHTS, MLPSpeculator
 
 logger = logging.getLogger("specdec.learn")
@@ -108,11 +115,12 @@ class TrafficBuffer:
         return len(self.segments)
 
     def sample(
-        self, B: int, L: int, rng: random.Random
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self, B: int, L: int, rng: random.Random, with_states: bool = False
+    ) -> tuple[torch.Tensor, ...]:
         """B windows of L positions, segments picked in proportion to their length:
         states [B, L, E] (fp32, zero past a segment's states), tokens [B, L], valid [B, L]
-        (a real token). A state is real wherever a valid target follows it."""
+        (a real token), and with `with_states` also `[B, L]` bool: a real state (every
+        real token's but a segment's last)."""
         with self._lock:
             segments = list(self.segments)
         weights = [len(t) for t, _ in segments]
@@ -121,6 +129,7 @@ class TrafficBuffer:
         hidden = torch.zeros(B, L, E)
         tokens = torch.zeros(B, L, dtype=torch.long)
         valid = torch.zeros(B, L, dtype=torch.bool)
+        real = torch.zeros(B, L, dtype=torch.bool)
         for b, (t, h) in enumerate(picked):
             start = rng.randrange(max(1, len(t) - L + 1))
             seg_t, seg_h = t[start : start + L], h[start : start + L]
@@ -128,7 +137,8 @@ class TrafficBuffer:
             hidden[b, : len(seg_h)] = (
                 seg_h.float().cpu()
             )  # a copy: engine tensors are inference-only
-        return hidden, tokens, valid
+            real[b, : len(seg_h)] = True
+        return (hidden, tokens, valid, real) if with_states else (hidden, tokens, valid)
 
 
 class OnlineLearner:
@@ -142,14 +152,24 @@ class OnlineLearner:
     """
 
     def __init__(
-        self, heads: MLPSpeculator, cfg: LearnConfig | None = None, out: str | Path | None = None
+        self,
+        heads: MLPSpeculator | EagleHead,
+        cfg: LearnConfig | None = None,
+        out: str | Path | None = None,
+        serve: Callable | None = None,
+        current=None,
     ) -> None:
+        """`heads`: their trainable form (what is checkpointed). `serve(heads)` makes the
+        form drafters propose with from a copy of it (default: that copy); `current`: the
+        served form at the start (default: `heads`)."""
         self.cfg = cfg = cfg or LearnConfig()
         self.out = None if out is None else Path(out).expanduser()
         self.buffer = TrafficBuffer(cfg.buffer_tokens)
-        self.current = heads  # what the drafters propose with
-        self._dtype = heads.proj[0].weight.dtype
-        self.student = _copy(heads, heads).float().train().requires_grad_(True)
+        self.serve = serve
+        self.published = heads  # the trainable form of `current`: what a checkpoint saves
+        self.current = heads if current is None else current  # what the drafters use
+        self._dtype = next(heads.parameters()).dtype
+        self.student = _student(heads)
         self.opt = torch.optim.AdamW(self.student.trainable, lr=cfg.lr, betas=(0.9, 0.95))
         self.version, self.steps, self.loss = 0, 0, None
         self.error: str | None = None
@@ -252,14 +272,22 @@ class OnlineLearner:
     def _micro_step(self) -> bool:
         """Forward and backward over one micro-batch of windows; the optimizer step (and
         any publish or checkpoint) when they complete a batch. Returns whether it stepped."""
-        from specdec.speculator.train import head_losses
+        from specdec.speculator.train import eagle_losses, head_losses
 
         cfg = self.cfg
         B = min(cfg.micro_batch, cfg.batch_size - self._windows)
         L = max(cfg.seq_len, self.student.config.n_predict + 3)
-        hidden, tokens, valid = self.buffer.sample(B, L, self._rng)
-        device = self.student.proj[0].weight.device
-        loss, m = head_losses(self.student, hidden.to(device), tokens.to(device), valid.to(device))
+        hidden, tokens, valid, real = self.buffer.sample(B, L, self._rng, with_states=True)
+        device = next(self.student.parameters()).device
+        hidden, tokens = hidden.to(device), tokens.to(device)
+        if isinstance(self.student, EagleHead):  # its regression needs the state itself
+            steps = min(EAGLE_STEPS, self.student.config.n_predict)
+            noise = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.steps)
+            loss, m = eagle_losses(
+                self.student, hidden, tokens, real.to(device), steps=steps, generator=noise
+            )
+        else:
+            loss, m = head_losses(self.student, hidden, tokens, valid.to(device))
         (loss * (B / cfg.batch_size)).backward()  # the batch's mean, accumulated
         self._windows += B
         self._batch_loss += m.loss * B / cfg.batch_size
@@ -277,9 +305,13 @@ class OnlineLearner:
         return True
 
     def publish(self) -> None:
-        """The student's weights, in the serving dtype, become `current` (one assignment)."""
+        """The student's weights, in the serving dtype (and the serving form), become
+        `current` (one assignment)."""
         with torch.no_grad():
-            served = _copy(self.student, self.current).to(self._dtype)
+            plain = _copy(self.student, self.published).to(self._dtype)
+            plain = plain.eval().requires_grad_(False)
+            served = plain if self.serve is None else self.serve(_copy(plain, plain))
+        self.published = plain
         self.current = served.eval().requires_grad_(False)
         self.version += 1
 
@@ -300,7 +332,7 @@ class OnlineLearner:
         if self.out is None:
             return
         tmp = self.out / ".learn-tmp"
-        self.current.save(tmp)
+        self.published.save(tmp)
         torch.save(self.opt.state_dict(), tmp / OPTIMIZER)
         state = {"version": self.version, "steps": self.steps, "loss": self.loss}
         (tmp / STATE).write_text(json.dumps(state) + "\n")
@@ -348,15 +380,34 @@ class OnlineLearner:
         }
 
 
-def _copy(module: MLPSpeculator, tables_from: MLPSpeculator) -> MLPSpeculator:
+TABLES = ("target_embed", "target_head", "embed", "head_rows", "to_draft", "vocab_map")
+EAGLE_STEPS = 3  # draft steps an eagle head's objective unrolls (as the trainer's default)
+
+
+def _copy(module, tables_from):
     """A deep copy of the heads that shares `tables_from`'s frozen target tables (the
     target's embedding and head: large, never trained) instead of copying them."""
     memo = {}
-    for name in ("target_embed", "target_head"):
+    for name in TABLES:
         mine, theirs = getattr(module, name, None), getattr(tables_from, name, None)
         if mine is not None and theirs is not None:
-            memo[id(mine)] = theirs.float() if module is tables_from else theirs
+            memo[id(mine)] = theirs
     return copy.deepcopy(module, memo)
+
+
+def _student(heads):
+    """The fp32 copy that trains. MLP heads take fp32 copies of the target's tables; an
+    eagle head shares them in the serving dtype (only its layer trains, and its reads of
+    the tables cast what they take)."""
+    if isinstance(heads, EagleHead):
+        student = _copy(heads, heads)
+        for param in student.parameters():
+            param.data = param.data.float()
+    else:
+        tables = [getattr(heads, name, None) for name in TABLES]
+        memo = {id(t): t.float() for t in tables if t is not None and t.is_floating_point()}
+        student = copy.deepcopy(heads, memo).float()
+    return student.train().requires_grad_(True)
 
 
 class RequestRecorder:

@@ -302,3 +302,106 @@ def test_cli_learns_from_untrained_heads_and_resumes(tmp_path, capsys):
     assert (heads / "learn_state.json").is_file()
     assert main(argv) == 0  # again on the same directory: it loads and resumes
     assert (heads / "model.safetensors").is_file()
+
+
+def _eagle_learner(target, cfg, out=None):
+    """An untrained eagle head (trained in fp32, served as a fused copy) and its learner."""
+    from specdec.speculator.eagle import build_eagle
+
+    torch.manual_seed(0)
+    head = build_eagle(target, intermediate_size=64, n_predict=3).eval().requires_grad_(False)
+
+    def serve(trainable):
+        return trainable.for_drafting("none")
+
+    return OnlineLearner(head, cfg, out=out, serve=serve)
+
+
+def _eagle_engine(target, tokenizer, learner, max_batch=4):
+    from specdec.drafters import EagleDrafter
+
+    return Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=max_batch,
+        drafter_factory=lambda b, n: EagleDrafter(learner.current, b, n, learner=learner),
+        acceptor=GreedyAcceptor(),
+        window=FixedWindow(3),
+    )
+
+
+def test_an_eagle_head_learns_and_resumes(target, tokenizer, plain, tmp_path):
+    """An eagle head learns from the traffic alone (its own objective: states and tokens
+    over unrolled draft steps): the same requests take fewer target passes, output stays
+    plain greedy's through the swaps, the served form is the drafting one, and a
+    checkpoint holds the trainable form, which a new learner resumes from."""
+    from specdec.speculator.eagle import load_eagle
+
+    cfg = LearnConfig(min_tokens=32, batch_size=8, seq_len=24, lr=3e-3, publish_every=10)
+    learner = _eagle_learner(target, cfg, out=tmp_path)
+    engine = _eagle_engine(target, tokenizer, learner, max_batch=2)
+    before = engine.generate(PROMPTS, GREEDY)
+    passes_before = sum(o.stats.steps for o in before)
+    first_loss = None
+    for _ in range(10):
+        assert learner.train_steps(10) == 10
+        first_loss = first_loss if first_loss is not None else learner.loss
+        outs = engine.generate(PROMPTS, GREEDY)
+        assert [o.token_ids for o in outs] == [p.token_ids for p in plain]
+    passes_after = sum(o.stats.steps for o in outs)
+    assert learner.version == 10 and learner.loss < 0.95 * first_loss  # (0.89 seen)
+    assert passes_after < 0.8 * passes_before, (passes_before, passes_after)  # 37 -> 25 seen
+    assert learner.current.qkv_proj is not None and learner.published.q is not None
+    learner.close()
+    saved = load_eagle(tmp_path, target)
+    for name, value in learner.published.state_dict().items():
+        torch.testing.assert_close(saved.state_dict()[name], value)
+    again = _eagle_learner(target, cfg, out=tmp_path)
+    assert again.steps == learner.steps and again.version == learner.version
+
+
+def test_an_eagle_learner_swapping_every_step_keeps_greedy_output_plain(target, tokenizer, plain):
+    cfg = LearnConfig(
+        min_tokens=16, seq_len=16, batch_size=4, micro_batch=2, publish_every=1, budget=1.0
+    )
+    learner = _eagle_learner(target, cfg)
+    engine = _eagle_engine(target, tokenizer, learner)
+    engine.generate(PROMPTS, GREEDY)
+    versions = set()
+    for _ in range(3):
+        outs = engine.generate(PROMPTS, GREEDY)
+        assert [o.token_ids for o in outs] == [p.token_ids for p in plain]
+        versions.add(learner.version)
+    assert len(versions) > 1 and learner.error is None
+
+
+def test_cli_learns_with_an_eagle_head(tmp_path, capsys):
+    """`--draft EAGLE_DIR --learn`: the head learns while generating, checkpoints its
+    trainable form into the directory, and a second run loads it and resumes."""
+    from specdec.cli import main
+    from specdec.models.loading import load_transformer
+    from specdec.speculator.eagle import build_eagle, load_eagle
+
+    from tiny import tiny_tokenizer
+
+    model = tmp_path / "model"
+    hf_tiny("qwen2").save_pretrained(model)
+    tiny_tokenizer().save_pretrained(model)
+    target = load_transformer(model, "fp32")
+    build_eagle(target, intermediate_size=32, n_predict=2).save(tmp_path / "eagle")
+    argv = [
+        "generate",
+        "--model",
+        str(model),
+        "--dtype",
+        "fp32",
+        "--draft",
+        str(tmp_path / "eagle"),
+    ]
+    argv += ["--learn", "--learn-budget", "1", "--max-tokens", "40", "--ignore-eos", "abcabc"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "specdec: heads {" in err and (tmp_path / "eagle" / "learn_state.json").is_file()
+    load_eagle(tmp_path / "eagle", target)  # a whole head, in its trainable form
+    assert main(argv) == 0
