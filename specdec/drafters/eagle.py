@@ -47,6 +47,7 @@ import torch
 
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase, PassStates
+from specdec.errors import InvalidParameterError
 from specdec.models.prefix_cache import PrefixCache
 from specdec.speculator.eagle import EagleHead
 from specdec.speculator.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
@@ -75,6 +76,10 @@ class EagleDrafter(DrafterBase):
         self.n_predict = c.n_predict
         if tree is not None:
             tree, n_candidates = check_tree(tree, c.n_predict, n_candidates)
+            if max(tree) > c.vocab_size:
+                raise InvalidParameterError(
+                    f"tree {tree}: top-k at most the head's {c.vocab_size} draft ids"
+                )
         self.tree, self.n_candidates, self.sampled_tree = tree, n_candidates, sampled_tree
         shape = (max_batch, c.num_kv_heads, max_len, c.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)

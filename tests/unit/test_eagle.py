@@ -270,3 +270,12 @@ def test_a_candidate_tree_holds_every_top_k_combination_of_forced_passes(target)
     sampling = [SamplingParams(temperature=1.0)] * 2
     drafter, _ = _prefilled(head, target, seqs, tree=(3, 2, 2), sampled_tree=False)
     assert all(len(t.paths) == 1 for t in drafter.propose(3, sampling, []).trees)
+
+
+def test_impossible_trees_are_refused(target):
+    from specdec.errors import InvalidParameterError
+
+    head = random_head(target, vocab_map=torch.arange(2, 12))  # 10 draft ids
+    for tree in [(11, 1), (2, 2, 2, 2, 2), (0, 1)]:
+        with pytest.raises(InvalidParameterError):
+            EagleDrafter(head, max_batch=1, max_len=16, tree=tree)
