@@ -19,8 +19,8 @@ quant = sys.argv[1]
 repeats = int(sys.argv[2])
 configs = json.loads(sys.argv[3])  # [[name, tree or k, n_candidates], ...]
 torch.set_num_threads(2)
-llm = LLM("qwen2.5-coder-1.5b-instruct", quant=quant, draft="~/.cache/specdec/runs/qwen15-eagle-s38",
-          speculate=1, max_batch=1)
+head_dir = sys.argv[4] if len(sys.argv) > 4 else "~/.cache/specdec/runs/qwen15-eagle-s38"
+llm = LLM("qwen2.5-coder-1.5b-instruct", quant=quant, draft=head_dir, speculate=1, max_batch=1)
 head = llm.eagle
 tok = llm.tokenizer
 prompts = [encode_prompt(tok, t, True) for t in workloads.sharegpt_prompts(4, seed=0)]
