@@ -83,10 +83,9 @@ class LLM:
         greedy acceptors.
     learn: with speculator heads (or an eagle head), train them on the requests this LLM
         answers while it serves (`specdec.speculator.online`), checkpointing into the
-        heads directory; a
-        directory without heads starts untrained ones (`learn_heads` of them, reusing the
-        target's tables). `learn_config` (a LearnConfig) sets the budget and sizes;
-        `learner` then holds the trainer and its metrics. Output stays lossless.
+        heads directory; a directory without heads starts untrained ones (`learn_heads` of
+        them, reusing the target's tables). `learn_config` (a LearnConfig) sets the budget
+        and sizes; `learner` then holds the trainer and its metrics. Output stays lossless.
     cuda_graphs: on a CUDA device (default on), the target's decode and verify passes,
         the draft model's steps and the heads' drafting run as CUDA graphs captured per
         bucket of (rows, tokens per row) (`specdec.models.static_pass`); False is the
@@ -198,7 +197,7 @@ class LLM:
                     self._eagle_source,
                     learn_config,
                     out=draft,
-                    serve=lambda head: tuned_layers(head.for_drafting(quant)),
+                    serve=lambda head: _drafting_form(head, quant),
                     current=self.eagle,
                 )
             elif self.speculator is None:
@@ -261,9 +260,10 @@ class LLM:
         if is_eagle_dir(draft):
             head = load_eagle(draft, self.model, self.model.dtype, device)
             if self.learning:  # the learner trains this form: for_drafting works in place
-                self._eagle_source = head
-                head = load_eagle(draft, self.model, self.model.dtype, device)
-            self.eagle = tuned_layers(head.for_drafting(quant))
+                from specdec.speculator.online import copy_heads
+
+                self._eagle_source, head = head, copy_heads(head, head)
+            self.eagle = _drafting_form(head, quant)
             return lambda max_batch, max_len: EagleDrafter(
                 self.eagle if self.learner is None else self.learner.current,
                 max_batch,
@@ -378,6 +378,11 @@ def _tuned(model):
         tune_kernels(model)
         tune_stack(model)  # where its native stack beats the eager layers, by whole passes
     return model
+
+
+def _drafting_form(head, quant: str):
+    """An eagle head as it drafts: fused and quantized (in place), on tuned kernels."""
+    return tuned_layers(head.for_drafting(quant))
 
 
 def tuned_layers(module):

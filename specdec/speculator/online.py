@@ -308,9 +308,9 @@ class OnlineLearner:
         """The student's weights, in the serving dtype (and the serving form), become
         `current` (one assignment)."""
         with torch.no_grad():
-            plain = _copy(self.student, self.published).to(self._dtype)
+            plain = copy_heads(self.student, self.published).to(self._dtype)
             plain = plain.eval().requires_grad_(False)
-            served = plain if self.serve is None else self.serve(_copy(plain, plain))
+            served = plain if self.serve is None else self.serve(copy_heads(plain, plain))
         self.published = plain
         self.current = served.eval().requires_grad_(False)
         self.version += 1
@@ -384,7 +384,7 @@ TABLES = ("target_embed", "target_head", "embed", "head_rows", "to_draft", "voca
 EAGLE_STEPS = 3  # draft steps an eagle head's objective unrolls (as the trainer's default)
 
 
-def _copy(module, tables_from):
+def copy_heads(module, tables_from):
     """A deep copy of the heads that shares `tables_from`'s frozen target tables (the
     target's embedding and head: large, never trained) instead of copying them."""
     memo = {}
@@ -400,7 +400,7 @@ def _student(heads):
     eagle head shares them in the serving dtype (only its layer trains, and its reads of
     the tables cast what they take)."""
     if isinstance(heads, EagleHead):
-        student = _copy(heads, heads)
+        student = copy_heads(heads, heads)
         for param in student.parameters():
             param.data = param.data.float()
     else:
