@@ -1,11 +1,13 @@
 """Stage 2 for the eagle head: the target's own answers to ShareGPT chat prompts.
 
-phase gen:    greedy continuations of prompts from the middle of the training split by the int4 target (batch 8,
-              96 new tokens), appended to gen.jsonl (resumes after the prompts done);
-              the trainer's 8 held-out prompts and the bench's 4 are excluded.
+phase gen:    greedy continuations of prompts from the middle of the training split by the
+              int4 target (batch 8, 96 new tokens), appended to gen.jsonl (resumes after
+              the prompts done); the trainer's 8 held-out prompts and the bench's 4 are
+              excluded.
 phase states: prompt + continuation documents packed into 4 x 256 rows, the bf16
               target's states and greedy labels, as stage-1 shards (shard-s2-*.safetensors).
 """
+
 import json
 import sys
 import time
@@ -36,7 +38,6 @@ def phase_gen(minutes: float) -> None:
     # from the middle of the order: past the stage-1 documents (the front) and away from
     # bench_learn.py's replay stream (the tail)
     order = train_docs[len(train_docs) // 2 :]
-    cursor, skipped = 0, 0
     prompts = []
     for i in order:
         p = corpus.prompt_ids(i)
@@ -54,8 +55,9 @@ def phase_gen(minutes: float) -> None:
                 fh.write(json.dumps({"doc": i, "prompt": p, "out": o.token_ids}) + "\n")
                 made += len(o.token_ids)
         cursor += len(batch)
-        print(f"{cursor} prompts, {made / (time.perf_counter() - started):.1f} gen tok/s", flush=True)
-    del skipped
+        print(
+            f"{cursor} prompts, {made / (time.perf_counter() - started):.1f} gen tok/s", flush=True
+        )
 
 
 def phase_states() -> None:
@@ -82,12 +84,18 @@ def phase_states() -> None:
             hids.append(hidden)
             labs.append(target_labels(target, hidden, tokens))
         save_file(
-            {"tokens": torch.cat(toks), "hidden": torch.cat(hids).contiguous(),
-             "labels": torch.cat(labs)},
+            {
+                "tokens": torch.cat(toks),
+                "hidden": torch.cat(hids).contiguous(),
+                "labels": torch.cat(labs),
+            },
             str(file.with_suffix(".tmp")),
         )
         file.with_suffix(".tmp").rename(file)
-        print(f"shard {n}: {(n + 1) * 32 * 256} positions, {time.perf_counter() - started:.0f} s", flush=True)
+        print(
+            f"shard {n}: {(n + 1) * 32 * 256} positions, {time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

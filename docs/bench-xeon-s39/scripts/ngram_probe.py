@@ -1,4 +1,5 @@
 """Decode-phase cost of ngram-auto vs plain at 4 x 1024-token prompts, int4, alternated."""
+
 import statistics
 import sys
 import time
@@ -29,6 +30,16 @@ for rep in range(int(sys.argv[1]) if len(sys.argv) > 1 else 5):
         drafted = sum(c.stats.drafted for c in out)
         acc = sum(c.stats.accepted for c in out)
         rows[name].append((wall - pre) / steps)
-        print(f"{rep} {name}: wall {wall:.2f} prefill {pre:.2f} decode/step {1e3*(wall-pre)/steps:.1f} ms steps {steps} drafts {drafts} drafted {drafted} acc {acc}", flush=True)
-r = [n / p for n, p in zip(rows["ngram"], rows["plain"])]
-print("per-step ratio ngram/plain per pair:", [round(x, 3) for x in r], "median", round(statistics.median(r), 3))
+        print(
+            f"{rep} {name}: wall {wall:.2f} prefill {pre:.2f} "
+            f"decode/step {1e3 * (wall - pre) / steps:.1f} ms steps {steps} "
+            f"drafts {drafts} drafted {drafted} acc {acc}",
+            flush=True,
+        )
+r = [n / p for n, p in zip(rows["ngram"], rows["plain"], strict=True)]
+print(
+    "per-step ratio ngram/plain per pair:",
+    [round(x, 3) for x in r],
+    "median",
+    round(statistics.median(r), 3),
+)

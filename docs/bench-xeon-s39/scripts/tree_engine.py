@@ -1,5 +1,6 @@
 """Eagle trees in the engine: tokens per pass and tok/s on the bench's 4 held-out ShareGPT
 prompts, batch 1, one process, configurations in turn (round robin over repeats)."""
+
 import json
 import statistics
 import sys
@@ -32,12 +33,21 @@ def engine_for(spec, ncand):
         return Engine(llm.model, tok, llm.eos_ids, 1, **llm.engine_options)
     if isinstance(spec, int):
         make = lambda b, n: EagleDrafter(head, b, n)  # noqa: E731
-        return Engine(llm.model, tok, llm.eos_ids, 1, make, window=FixedWindow(spec),
-                      **llm.engine_options)
+        return Engine(
+            llm.model, tok, llm.eos_ids, 1, make, window=FixedWindow(spec), **llm.engine_options
+        )
     tree = tuple(spec)
     make = lambda b, n: EagleDrafter(head, b, n, tree, ncand)  # noqa: E731
-    return Engine(llm.model, tok, llm.eos_ids, 1, make, window=FixedWindow(len(tree)),
-                  max_tree_nodes=make(1, 8).max_nodes, **llm.engine_options)
+    return Engine(
+        llm.model,
+        tok,
+        llm.eos_ids,
+        1,
+        make,
+        window=FixedWindow(len(tree)),
+        max_tree_nodes=make(1, 8).max_nodes,
+        **llm.engine_options,
+    )
 
 
 engines = {name: engine_for(spec, ncand) for name, spec, ncand in configs}
@@ -57,9 +67,15 @@ for rep in range(repeats + 1):
         ids = [o.token_ids for o in outs]
         if name == "plain":
             ref = ids
-        same = sum(a == b for a, b in zip(ids, ref or ids))
-        print(f"rep {rep} {name}: {toks / wall:.2f} tok/s, tokens/pass {tpp[name]:.3f}, same {same}/4", flush=True)
+        same = sum(a == b for a, b in zip(ids, ref or ids, strict=True))
+        print(
+            f"rep {rep} {name}: {toks / wall:.2f} tok/s, tokens/pass {tpp[name]:.3f}, "
+            f"same {same}/4",
+            flush=True,
+        )
 base = statistics.median(rates["plain"])
 for name in engines:
     m = statistics.median(rates[name])
-    print(f"{quant} {name}: median {m:.2f} tok/s ({m / base:.3f}x plain), tokens/pass {tpp[name]:.3f}")
+    print(
+        f"{quant} {name}: median {m:.2f} tok/s ({m / base:.3f}x plain), tokens/pass {tpp[name]:.3f}"
+    )

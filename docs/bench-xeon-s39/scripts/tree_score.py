@@ -1,8 +1,8 @@
 """Offline: how many tokens per target pass would an eagle head's candidate tree give?
 For every drafting position of the held-out continuations, the rank of the target's token
 at each depth, with the head fed the true tokens (the tree's node on the accepted path)."""
+
 import itertools
-import json
 import sys
 from pathlib import Path
 
@@ -49,9 +49,25 @@ with torch.no_grad():
             ranks.append(r)
 R = torch.tensor(ranks)
 print("positions", len(R), "top-1 by depth (conditional on the path):")
-shapes = [(1,), (1, 1, 1), (1, 1, 1, 1, 1), (2, 1, 1), (2, 2, 1), (3, 1, 1), (3, 2, 1), (3, 2, 2),
-          (4, 2, 1), (4, 2, 2, 1), (4, 3, 2, 1, 1), (6, 3, 2, 1, 1), (8, 4, 2, 1, 1), (2, 2, 2, 1, 1),
-          (10, 1, 1), (10, 2, 1, 1), (5, 3, 2, 2, 1)]
+shapes = [
+    (1,),
+    (1, 1, 1),
+    (1, 1, 1, 1, 1),
+    (2, 1, 1),
+    (2, 2, 1),
+    (3, 1, 1),
+    (3, 2, 1),
+    (3, 2, 2),
+    (4, 2, 1),
+    (4, 2, 2, 1),
+    (4, 3, 2, 1, 1),
+    (6, 3, 2, 1, 1),
+    (8, 4, 2, 1, 1),
+    (2, 2, 2, 1, 1),
+    (10, 1, 1),
+    (10, 2, 1, 1),
+    (5, 3, 2, 2, 1),
+]
 out = {}
 for s in shapes:
     ok = torch.ones(len(R), dtype=torch.bool)
@@ -63,4 +79,9 @@ for s in shapes:
     out[str(s)] = {"tokens_per_pass": round(1 + acc.mean().item(), 3), "nodes": nodes}
     print(s, out[str(s)])
 for d in range(DEPTH):
-    print("depth", d + 1, "P(rank<k) for k=1,2,4,8:", [round((R[:, d] < kk).float().mean().item(), 3) for kk in (1, 2, 4, 8)])
+    print(
+        "depth",
+        d + 1,
+        "P(rank<k) for k=1,2,4,8:",
+        [round((R[:, d] < kk).float().mean().item(), 3) for kk in (1, 2, 4, 8)],
+    )
