@@ -186,7 +186,11 @@ class EagleHead(nn.Module):
         """`[..., N]` draft-vocabulary logits of states `[..., E]`."""
         if self.vocab_head is not None:
             return self.vocab_head(f)
-        return F.linear(f, self.head_rows.to(f.dtype))
+        # As rows: a strided [B, T, E] slice would go through a batched product that copies
+        # the 16K x E table once per sequence (measured: 3x the whole training step's time).
+        rows = f.reshape(-1, f.shape[-1])  # [B*T, E]
+        out = F.linear(rows, self.head_rows.to(f.dtype))  # [B*T, N]
+        return out.view(*f.shape[:-1], out.shape[-1])
 
     @torch.no_grad()
     def for_drafting(self, quant: str = "none") -> EagleHead:

@@ -75,6 +75,11 @@ class LearnConfig:
     checkpoint_every: int = 50  # training steps between checkpoints (0: only at close)
     window: int = 256  # engine steps in the sliding acceptance window
     seed: int = 0
+    # Forward and backward under bf16 autocast (the student and its optimizer stay fp32);
+    # None: where the device multiplies bf16 natively (`train.heads_autocast`). Measured on
+    # an Intel Xeon with AMX, the Qwen 1.5B's eagle head: 263 positions/s against 124 in
+    # fp32 (micro-batches of 2 windows; `docs/bench-xeon-s40/scripts/learner_speed.py`).
+    autocast: bool | None = None
 
     def __post_init__(self) -> None:
         def check(ok: bool, message: str) -> None:
@@ -183,6 +188,10 @@ class OnlineLearner:
         self._tick = self._clock()  # the end of the last `between_steps`
         self._acceptance: deque[tuple[int, torch.Tensor]] = deque(maxlen=cfg.window)
         self._rng = random.Random(cfg.seed)
+        from specdec.speculator.train import heads_autocast
+
+        self._device = next(self.student.parameters()).device
+        self.autocast = heads_autocast(self._device.type, cfg.autocast)
         self._resume()
 
     # --- what the drafters call ---
@@ -278,16 +287,17 @@ class OnlineLearner:
         B = min(cfg.micro_batch, cfg.batch_size - self._windows)
         L = max(cfg.seq_len, self.student.config.n_predict + 3)
         hidden, tokens, valid, real = self.buffer.sample(B, L, self._rng, with_states=True)
-        device = next(self.student.parameters()).device
+        device = self._device
         hidden, tokens = hidden.to(device), tokens.to(device)
-        if isinstance(self.student, EagleHead):  # its regression needs the state itself
-            steps = min(EAGLE_STEPS, self.student.config.n_predict)
-            noise = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.steps)
-            loss, m = eagle_losses(
-                self.student, hidden, tokens, real.to(device), steps=steps, generator=noise
-            )
-        else:
-            loss, m = head_losses(self.student, hidden, tokens, valid.to(device))
+        with torch.autocast(device.type, torch.bfloat16, enabled=self.autocast):
+            if isinstance(self.student, EagleHead):  # its regression needs the state itself
+                steps = min(EAGLE_STEPS, self.student.config.n_predict)
+                noise = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.steps)
+                loss, m = eagle_losses(
+                    self.student, hidden, tokens, real.to(device), steps=steps, generator=noise
+                )
+            else:
+                loss, m = head_losses(self.student, hidden, tokens, valid.to(device))
         (loss * (B / cfg.batch_size)).backward()  # the batch's mean, accumulated
         self._windows += B
         self._batch_loss += m.loss * B / cfg.batch_size

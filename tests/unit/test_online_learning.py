@@ -79,12 +79,19 @@ def test_engine_hands_each_finished_request_exactly(target, tokenizer, plain):
     assert len(metrics["acceptance_per_head"]) == 3
 
 
+AUTOCAST = pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16 autocast"])
+
+
+@AUTOCAST
 @pytest.mark.parametrize("own_tables", [False, True], ids=["target tables", "own tables"])
-def test_heads_improve_on_a_repeated_stream(target, tokenizer, plain, own_tables):
+def test_heads_improve_on_a_repeated_stream(target, tokenizer, plain, own_tables, autocast):
     """From untrained heads: after training on the traffic, the same requests take fewer
-    target passes and the loss has fallen. A no-op learner keeps the untrained figures."""
+    target passes and the loss has fallen, in fp32 and under bf16 autocast. A no-op
+    learner keeps the untrained figures."""
     options = dict(reuse_target=False, inner_dim=64) if own_tables else {}
-    cfg = LearnConfig(min_tokens=32, batch_size=8, seq_len=24, lr=3e-3, publish_every=10)
+    cfg = LearnConfig(
+        min_tokens=32, batch_size=8, seq_len=24, lr=3e-3, publish_every=10, autocast=autocast
+    )
     learner = OnlineLearner(_heads(target, **options), cfg)
     engine = _engine(target, tokenizer, learner)
     before = engine.generate(PROMPTS, GREEDY)
@@ -331,14 +338,18 @@ def _eagle_engine(target, tokenizer, learner, max_batch=4):
     )
 
 
-def test_an_eagle_head_learns_and_resumes(target, tokenizer, plain, tmp_path):
+@AUTOCAST
+def test_an_eagle_head_learns_and_resumes(target, tokenizer, plain, tmp_path, autocast):
     """An eagle head learns from the traffic alone (its own objective: states and tokens
-    over unrolled draft steps): the same requests take fewer target passes, output stays
-    plain greedy's through the swaps, the served form is the drafting one, and a
-    checkpoint holds the trainable form, which a new learner resumes from."""
+    over unrolled draft steps), in fp32 and under bf16 autocast: the same requests take
+    fewer target passes, output stays plain greedy's through the swaps, the served form is
+    the drafting one, and a checkpoint holds the trainable form, which a new learner
+    resumes from."""
     from specdec.speculator.eagle import load_eagle
 
-    cfg = LearnConfig(min_tokens=32, batch_size=8, seq_len=24, lr=3e-3, publish_every=10)
+    cfg = LearnConfig(
+        min_tokens=32, batch_size=8, seq_len=24, lr=3e-3, publish_every=10, autocast=autocast
+    )
     learner = _eagle_learner(target, cfg, out=tmp_path)
     engine = _eagle_engine(target, tokenizer, learner, max_batch=2)
     before = engine.generate(PROMPTS, GREEDY)
