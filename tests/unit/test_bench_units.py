@@ -169,7 +169,7 @@ def test_paired_speedup_pairs_runs_of_the_same_turns_and_the_floor_check_uses_it
         assert rows[1]["paired_speedup"] is None and "**no**" in checks(rows)[0]
 
 
-def _turn_runner(monkeypatch, rounds_per_run: int, order: list):
+def _turn_runner(monkeypatch, rounds_per_run: int, order: list, repeats: int = 3):
     """A Runner whose points run `rounds_per_run` rounds, logging (method, round) as they
     run; llama.cpp cannot start."""
     from types import SimpleNamespace
@@ -177,7 +177,7 @@ def _turn_runner(monkeypatch, rounds_per_run: int, order: list):
     from specdec.bench import runner as bench_runner
 
     runner = object.__new__(bench_runner.Runner)
-    runner.repeats, runner.tp, runner.llm = 3, 1, SimpleNamespace(tp=None)
+    runner.repeats, runner.tp, runner.llm = repeats, 1, SimpleNamespace(tp=None)
 
     def start(self, point):
         if point.method == "llamacpp":
@@ -196,9 +196,9 @@ def _turn_runner(monkeypatch, rounds_per_run: int, order: list):
 
 
 def test_methods_of_a_group_take_turns(monkeypatch):
-    """Every method's first run, then every second run, each turn starting one method
-    later; a point that cannot start is returned as its error, the others' rows share
-    their turns and keep every run in order."""
+    """Every method's first run, then every second run in the reverse order, then every
+    third starting one method later; a point that cannot start is returned as its error,
+    the others' rows share their turns and keep every run in order."""
     from specdec.bench import runner as bench_runner
 
     order = []
@@ -206,14 +206,34 @@ def test_methods_of_a_group_take_turns(monkeypatch):
     methods = ("plain", "draft-auto", "llamacpp", "draft-k2")
     results = runner.measure_group([Point("code", None, 1, 0.0, m) for m in methods])
     assert [m for m, _ in order] == ["plain", "draft-auto", "draft-k2"] + [
-        "draft-auto",
         "draft-k2",
+        "draft-auto",
         "plain",
-    ] + ["draft-k2", "plain", "draft-auto"]
+    ] + ["draft-auto", "draft-k2", "plain"]
     assert isinstance(results[2], bench_runner.Skip)
     rows = [results[0], results[1], results[3]]
     assert len({r["turns"] for r in rows}) == 1 and rows[0]["turns"] is not None
     assert all(len(r["runs_tokens_per_s"]) == 3 for r in rows)
+
+
+@pytest.mark.parametrize("n_methods", [2, 3])
+def test_every_pair_of_methods_meets_in_both_orders(monkeypatch, n_methods):
+    """Over 2 x n turns each method runs before and after each other method equally often
+    (with 2 or 3 methods, in every order), so that no method is systematically the later
+    run of its pairs with plain."""
+    order = []
+    runner = _turn_runner(monkeypatch, 1, order, repeats=2 * n_methods)
+    methods = ("plain", "draft-auto", "draft-k2")[:n_methods]
+    runner.measure_group([Point("code", None, 1, 0.0, m) for m in methods])
+    turns = [tuple(m for m, _ in order[t : t + n_methods]) for t in range(0, len(order), n_methods)]
+    assert len(turns) == 2 * n_methods
+    for a in methods:
+        for b in methods:
+            if a != b:
+                before = sum(turn.index(a) < turn.index(b) for turn in turns)
+                assert before == n_methods, (a, b, turns)
+    if n_methods == 3:
+        assert len(set(turns)) == 6
 
 
 def test_runs_in_turns_alternate_round_by_round(monkeypatch):
@@ -229,7 +249,7 @@ def test_runs_in_turns_alternate_round_by_round(monkeypatch):
         ("plain", 0), ("draft-auto", 0), ("draft-k2", 0),
         ("draft-auto", 1), ("draft-k2", 1), ("plain", 1),
     ]  # fmt: skip
-    assert order[6] == ("draft-auto", 0)  # the second run starts one method later
+    assert order[6:9] == [("draft-k2", 0), ("draft-auto", 0), ("plain", 0)]  # reversed
     assert len(order) == 3 * 2 * 3
     assert all(r["generated_tokens"] == 6 and len(r["runs_tokens_per_s"]) == 3 for r in results)
 
@@ -329,3 +349,44 @@ def test_a_llamacpp_build_with_amx_is_refused_on_a_cpu_with_amx():
     assert problem is not None and "GGML_AMX_INT8=OFF" in problem
     assert llamacpp_amx_problem(plain_build, {"avx512f", "amx_tile", "amx_int8"}) is None
     assert llamacpp_amx_problem(amx_build, {"avx2", "avx512f"}) is None  # no AMX to crash on
+
+
+def test_a_run_frees_its_engine_before_the_next_run_starts(monkeypatch):
+    """Each run's engine (its caches) is released within the run's own last round, so the
+    turn's next run does not start beside it."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    from specdec.bench import runner as bench_runner
+
+    engines = []
+
+    class FakeEngine:
+        prefill_s, window = 0.0, None
+
+        def generate(self, prompts, params):
+            return [SimpleNamespace(token_ids=[1], stats=None) for _ in prompts]
+
+    def make_engine(self, point):
+        engine = FakeEngine()
+        engines.append(weakref.ref(engine))
+        return engine
+
+    monkeypatch.setattr(bench_runner.Runner, "_engine", make_engine)
+    runner = object.__new__(bench_runner.Runner)
+    config = SimpleNamespace(max_position_embeddings=4096)
+    runner.llm = SimpleNamespace(model=SimpleNamespace(config=config))
+    runner.max_tokens, runner.k_max = 8, 4
+    point = Point("code", None, 2, 0.0, "plain")
+    _, rounds = runner._engine_runner(point, [[5, 6]] * 4, [None] * 4)
+    run = rounds()
+    next(run)  # the first of two rounds: the engine is in use
+    gc.collect()
+    assert engines[0]() is not None
+    next(run)  # the last round
+    gc.collect()
+    assert engines[0]() is None
+    with pytest.raises(StopIteration) as done:
+        next(run)
+    assert done.value.value[0] == [[1]] * 4
