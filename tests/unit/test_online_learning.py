@@ -13,6 +13,7 @@ from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
+from specdec.errors import InvalidParameterError
 from specdec.speculator import build_speculator, load_speculator
 from specdec.speculator.online import LearnConfig, OnlineLearner, TrafficBuffer
 from specdec.speculator.train import TargetStates
@@ -107,6 +108,28 @@ def test_heads_improve_on_a_repeated_stream(target, tokenizer, plain, own_tables
     assert passes_after < 0.7 * passes_before, (passes_before, passes_after)
     metrics = learner.metrics()
     assert metrics["mean_accepted_length"] > 1.3 and metrics["acceptance_per_head"][0] > 0.5
+
+
+def test_the_rate_warms_up_and_defaults_by_kind(target, tokenizer):
+    """The rate rises linearly over `warmup_steps` optimizer steps to 1e-3 for MLP heads
+    and EAGLE_LR for an eagle head (or the configured rate), and the optimizer steps with
+    it; a resumed learner goes on at the rate of its step."""
+    from specdec.speculator.online import EAGLE_LR, MLP_LR
+
+    learner = OnlineLearner(_heads(target), LearnConfig(min_tokens=8, seq_len=8, batch_size=2))
+    assert learner.lr == MLP_LR
+    assert [learner.rate(s) for s in (0, 9, 19, 50)] == pytest.approx(
+        [MLP_LR / 20, MLP_LR / 2, MLP_LR, MLP_LR]
+    )
+    eagle = _eagle_learner(target, LearnConfig(warmup_steps=0))
+    assert eagle.lr == EAGLE_LR and eagle.rate(0) == EAGLE_LR
+    assert _eagle_learner(target, LearnConfig(lr=5e-5)).rate(10**6) == 5e-5
+    engine = _engine(target, tokenizer, learner)
+    engine.generate(PROMPTS, GREEDY)
+    assert learner.train_steps(3) == 3
+    assert learner.opt.param_groups[0]["lr"] == pytest.approx(learner.rate(learner.steps - 1))
+    with pytest.raises(InvalidParameterError, match="lr"):
+        LearnConfig(lr=0)
 
 
 def _wait_for(predicate, timeout=30.0):

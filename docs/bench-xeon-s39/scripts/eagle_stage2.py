@@ -6,6 +6,10 @@ phase gen:    greedy continuations of prompts from the middle of the training sp
               excluded.
 phase states: prompt + continuation documents packed into 4 x 256 rows, the bf16
               target's states and greedy labels, as stage-1 shards (shard-s2-*.safetensors).
+
+    python eagle_stage2.py gen MINUTES [OUT [SKIP]]   # SKIP: prompts an earlier OUT took
+    python eagle_stage2.py states [OUT]
+(stop 40 added OUT and SKIP: more answers, from the prompts after stop 39's, in a new folder.)
 """
 
 import json
@@ -23,7 +27,7 @@ OUT = Path("bench-out/s39/eagle2")
 torch.set_num_threads(2)
 
 
-def phase_gen(minutes: float) -> None:
+def phase_gen(minutes: float, skip: int = 0) -> None:
     from specdec import LLM
     from specdec.bench import workloads
     from specdec.config import SamplingParams
@@ -38,12 +42,13 @@ def phase_gen(minutes: float) -> None:
     # from the middle of the order: past the stage-1 documents (the front) and away from
     # bench_learn.py's replay stream (the tail)
     order = train_docs[len(train_docs) // 2 :]
-    prompts = []
+    prompts: list = []
     for i in order:
         p = corpus.prompt_ids(i)
         if 8 <= len(p) <= 384 and tuple(p) not in bench:
             prompts.append((i, p))
-    print(f"{len(prompts)} prompts; {done} done", flush=True)
+    prompts = prompts[skip:]
+    print(f"{len(prompts)} prompts after the {skip} skipped; {done} done", flush=True)
     params = SamplingParams(temperature=0, max_tokens=96)
     started, made = time.perf_counter(), 0
     cursor = done
@@ -100,6 +105,9 @@ def phase_states() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "gen":
-        phase_gen(float(sys.argv[2]))
+        OUT = Path(sys.argv[3]) if len(sys.argv) > 3 else OUT
+        OUT.mkdir(parents=True, exist_ok=True)
+        phase_gen(float(sys.argv[2]), int(sys.argv[4]) if len(sys.argv) > 4 else 0)
     else:
+        OUT = Path(sys.argv[2]) if len(sys.argv) > 2 else OUT
         phase_states()
