@@ -187,7 +187,7 @@ class EagleHead(nn.Module):
         if self.vocab_head is not None:
             return self.vocab_head(f)
         # As rows: a strided [B, T, E] slice would go through a batched product that copies
-        # the 16K x E table once per sequence (measured: 3x the whole training step's time).
+        # the 16K x E table once per sequence (measured: 58% of a bf16 learner step).
         rows = f.reshape(-1, f.shape[-1])  # [B*T, E]
         out = F.linear(rows, self.head_rows.to(f.dtype))  # [B*T, N]
         return out.view(*f.shape[:-1], out.shape[-1])

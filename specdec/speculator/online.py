@@ -4,10 +4,11 @@ Every request the engine answers hands over stage-2 data for free: the target's 
 state at every prompt and emitted position, and the tokens that followed. The drafter's
 `RequestRecorder` follows the engine's rows and, when a row finishes, puts its tokens
 `[S]` and states `[S - 1, E]` (the last token has none yet) into a bounded `TrafficBuffer`.
-An `OnlineLearner` trains a copy of the heads (the student, fp32) teacher-forced on windows
-of that buffer, exactly the trainer's objective (`train.head_losses`), in the time the
-engine gives it between steps; every `publish_every` optimizer steps it publishes an
-inference copy, and the drafter takes the newest one at the start of its next proposal: one
+An `OnlineLearner` trains a copy of the heads (the student, fp32; its products under bf16
+autocast where the CPU multiplies bf16 natively) teacher-forced on windows of that buffer,
+exactly the trainer's objective (`train.head_losses`), in the time the engine gives it
+between steps, at a rate that warms up over its first steps; every `publish_every`
+optimizer steps it publishes an inference copy, and the drafter takes the newest one at the start of its next proposal: one
 reference assignment, so a step drafts with one version from start to end. Output stays
 lossless whatever the heads are: they only propose, the acceptor decides.
 
