@@ -8,9 +8,10 @@ An `OnlineLearner` trains a copy of the heads (the student, fp32; its products u
 autocast where the CPU multiplies bf16 natively) teacher-forced on windows of that buffer,
 exactly the trainer's objective (`train.head_losses`), in the time the engine gives it
 between steps, at a rate that warms up over its first steps; every `publish_every`
-optimizer steps it publishes an inference copy, and the drafter takes the newest one at the start of its next proposal: one
-reference assignment, so a step drafts with one version from start to end. Output stays
-lossless whatever the heads are: they only propose, the acceptor decides.
+optimizer steps it publishes an inference copy, and the drafter takes the newest one at the
+start of its next proposal: one reference assignment, so a step drafts with one version
+from start to end. Output stays lossless whatever the heads are: they only propose, the
+acceptor decides.
 
 Budget: training runs in the engine's own thread, between its steps, one micro-batch of
 windows at a time (gradients accumulate over `batch_size / micro_batch` of them before an
