@@ -197,7 +197,7 @@ class LLM:
                     self._eagle_source,
                     learn_config,
                     out=draft,
-                    serve=lambda head: _drafting_form(head, quant),
+                    serve=lambda head: _drafting_form(head, quant, self.learner.current),
                     current=self.eagle,
                 )
             elif self.speculator is None:
@@ -380,9 +380,11 @@ def _tuned(model):
     return model
 
 
-def _drafting_form(head, quant: str):
-    """An eagle head as it drafts: fused and quantized (in place), on tuned kernels."""
-    return tuned_layers(head.for_drafting(quant))
+def _drafting_form(head, quant: str, earlier=None):
+    """An eagle head as it drafts: fused and quantized (in place), on tuned kernels;
+    `earlier` (a drafting form of a head on the same target) lends its vocabulary layer."""
+    vocab = None if earlier is None else earlier.vocab_head
+    return tuned_layers(head.for_drafting(quant, vocab_head=vocab))
 
 
 def tuned_layers(module):

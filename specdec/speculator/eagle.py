@@ -193,13 +193,18 @@ class EagleHead(nn.Module):
         return out.view(*f.shape[:-1], out.shape[-1])
 
     @torch.no_grad()
-    def for_drafting(self, quant: str = "none") -> EagleHead:
+    def for_drafting(self, quant: str = "none", vocab_head: Linear | None = None) -> EagleHead:
         """This head made cheap to draft with, in place, for inference only: q, k and v
         fused into one product (the target's own shape, so its measured kernel plan is
         shared), the vocabulary head as a layer, and with `quant` "int4" / "int8" every
         projection in that format (`specdec.models.quant`; the head then drafts with those
         weights, which changes what it proposes, never what the target emits). Run
-        `kernel_tuning` over it afterwards (`LLM` does)."""
+        `kernel_tuning` over it afterwards (`LLM` does).
+
+        `vocab_head`: the layer an earlier drafting form of a head on the same target
+        tables made (its `vocab_head`, in the same `quant`), taken as it is. The table never
+        trains, so a learner publishing every few steps need not quantize its 16K x E rows
+        again (a third of the 1.0-1.1 s a publish took on the Qwen 1.5B's head)."""
         from specdec.models.quant import QUANTS, _quantized
 
         if quant not in QUANTS:
@@ -208,13 +213,17 @@ class EagleHead(nn.Module):
         bias = torch.cat([self.q.bias, self.k.bias, self.v.bias])
         qkv = Linear(weight.shape[1], weight.shape[0], device="meta")
         qkv.weight, qkv.bias = nn.Parameter(weight, False), nn.Parameter(bias, False)
-        vocab = Linear(self.config.hidden_size, self.config.vocab_size, bias=False, device="meta")
-        vocab.weight = nn.Parameter(self.head_rows.to(weight.dtype), False)
+        vocab = vocab_head
+        if vocab is None:
+            E, N = self.config.hidden_size, self.config.vocab_size
+            vocab = Linear(E, N, bias=False, device="meta")
+            vocab.weight = nn.Parameter(self.head_rows.to(weight.dtype), False)
         self.qkv_proj, self.vocab_head = qkv, vocab
         del self.q, self.k, self.v  # the fused copy replaces them
         self.q = self.k = self.v = None
         if quant != "none" and weight.device.type == "cpu":
-            for name in ("fc", "qkv_proj", "o", "gate_up", "down", "vocab_head"):
+            names = ["fc", "qkv_proj", "o", "gate_up", "down"]
+            for name in names + ([] if vocab_head is not None else ["vocab_head"]):
                 setattr(self, name, _quantized(getattr(self, name), quant))
         return self.eval().requires_grad_(False)
 

@@ -202,6 +202,26 @@ def test_for_drafting_fuses_without_changing_the_function(target):
         assert not isinstance(quantized.down, Int4Linear)
 
 
+@pytest.mark.parametrize("quant", ["none", "int4"])
+def test_a_drafting_form_may_take_an_earlier_forms_vocabulary_layer(target, quant):
+    """The vocabulary table never trains, so a learner's next drafting form takes the
+    current one's layer as it is (no second quantization): the same layer object, and
+    the same logits as a form made from scratch."""
+    import copy
+
+    first = copy.deepcopy(random_head(target, seed=0)).for_drafting(quant)
+    newer = random_head(target, seed=1)
+    fresh = copy.deepcopy(newer).for_drafting(quant)
+    lent = copy.deepcopy(newer).for_drafting(quant, vocab_head=first.vocab_head)
+    assert lent.vocab_head is first.vocab_head and fresh.vocab_head is not first.vocab_head
+    x = torch.randint(0, 97, (2, 7))
+    f = torch.randn(2, 7, 64)
+    pos = torch.arange(7)[None].expand(2, -1)
+    with torch.no_grad():
+        expected = fresh.logits(fresh.teacher_forced(x, f, pos))
+        torch.testing.assert_close(lent.logits(lent.teacher_forced(x, f, pos)), expected)
+
+
 def reference_path_logp(head, tokens, states, path):
     """Draft-vocabulary log-probabilities `[len(path) + 1, N]` at each depth of `path`
     after `tokens [L+1]` (states `[L, E]`), by whole causal passes forced along the path."""
