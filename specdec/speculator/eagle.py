@@ -213,17 +213,17 @@ class EagleHead(nn.Module):
         bias = torch.cat([self.q.bias, self.k.bias, self.v.bias])
         qkv = Linear(weight.shape[1], weight.shape[0], device="meta")
         qkv.weight, qkv.bias = nn.Parameter(weight, False), nn.Parameter(bias, False)
-        vocab = vocab_head
-        if vocab is None:
+        projections = ["fc", "qkv_proj", "o", "gate_up", "down"]
+        if vocab_head is None:  # (a lent layer comes in its format already)
             E, N = self.config.hidden_size, self.config.vocab_size
-            vocab = Linear(E, N, bias=False, device="meta")
-            vocab.weight = nn.Parameter(self.head_rows.to(weight.dtype), False)
-        self.qkv_proj, self.vocab_head = qkv, vocab
+            vocab_head = Linear(E, N, bias=False, device="meta")
+            vocab_head.weight = nn.Parameter(self.head_rows.to(weight.dtype), False)
+            projections.append("vocab_head")
+        self.qkv_proj, self.vocab_head = qkv, vocab_head
         del self.q, self.k, self.v  # the fused copy replaces them
         self.q = self.k = self.v = None
         if quant != "none" and weight.device.type == "cpu":
-            names = ["fc", "qkv_proj", "o", "gate_up", "down"]
-            for name in names + ([] if vocab_head is not None else ["vocab_head"]):
+            for name in projections:
                 setattr(self, name, _quantized(getattr(self, name), quant))
         return self.eval().requires_grad_(False)
 
