@@ -9,25 +9,12 @@ TURNS fresh engines.
 
 import sys
 
-from specdec.bench.plan import Point
-from specdec.bench.runner import Runner
+from floor_point import engine as fresh_engine
+from floor_point import params, prompts
 
-runner = Runner(
-    "qwen2.5-coder-1.5b-instruct",
-    None,
-    "bf16",
-    "cpu",
-    k_max=8,
-    max_tokens=64,
-    prompts_per_point=4,
-    quant="int4",
-)
-point = Point("synthetic", 1024, 4, 0.0, "ngram-auto")
-prompts = runner.prompts(point)
-params = runner.params(point, len(prompts))
-runner._engine(Point("synthetic", 1024, 4, 0.0, "plain")).generate(prompts, params)  # warm-up
+fresh_engine("plain").generate(prompts, params)  # warm-up
 for turn in range(int(sys.argv[1]) if len(sys.argv) > 1 else 3):
-    engine = runner._engine(point)
+    engine = fresh_engine("ngram-auto")
     window = engine.window
     log: list[str] = []
     choose, observe = window.choose, window.observe

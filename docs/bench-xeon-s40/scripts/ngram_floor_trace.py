@@ -11,27 +11,14 @@ import statistics
 import sys
 import time
 
-from specdec.bench.plan import Point
-from specdec.bench.runner import Runner
+from floor_point import engine as fresh_engine
+from floor_point import params, prompts
 
 turns = int(sys.argv[1]) if len(sys.argv) > 1 else 4
-runner = Runner(
-    "qwen2.5-coder-1.5b-instruct",
-    None,
-    "bf16",
-    "cpu",
-    k_max=8,
-    max_tokens=64,
-    prompts_per_point=4,
-    quant="int4",
-)
-points = {m: Point("synthetic", 1024, 4, 0.0, m) for m in ("plain", "ngram-auto")}
-prompts = runner.prompts(points["plain"])
-params = runner.params(points["plain"], len(prompts))
 
 
 def run(method: str) -> tuple[float, list]:
-    engine = runner._engine(points[method])
+    engine = fresh_engine(method)
     steps: list = []
     window = engine.window
     if method != "plain":
