@@ -27,6 +27,10 @@ from dataclasses import dataclass, field
 
 EMA = 0.2  # weight of a new measurement
 PACE_WEIGHT = 0.2  # weight of a pass's log ratio in the host's pace (`CostModel.pace`)
+# The share of a one-token verify pass that the projections take, for `PlanGrowth`'s floor:
+# the rest barely grows with a few more tokens. Measured, the int4 1.5B at batch 1 (Xeon
+# AMX): an 8-token pass cost 1.26x a 4-token one where its projections' timings say 1.30x.
+PROJECTION_SHARE = 0.8
 CATCH_UP_WIDTHS = 32  # catch-up pass widths kept (the most recently seen)
 
 
@@ -86,7 +90,7 @@ def _line(table: dict[int, float], x: int) -> float:
     return max(0.0, mean_y + slope * (x - mean_x))
 
 
-def _rising(table: dict[int, float]) -> dict[int, float]:
+def _rising(table: dict[int, float], least=None) -> dict[int, float]:
     """A verify curve {tokens per row: s} with each width at most any wider one: a pass
     reads the same weights for more tokens and never costs less, so a narrower pass timed
     dearer than a wider one was timed in a slow moment of the host. The plain step is the
@@ -94,13 +98,60 @@ def _rising(table: dict[int, float]) -> dict[int, float]:
     48 (its probes); on the 2-core EPYC an int4 1.5B engine timed its plain step at 48
     and 35 ms at the start, then its 2-token verify passes at 25-28 ms for a whole chat
     request, and priced every window against the 35 (a k = 1 step looked 1.3x better
-    than it was)."""
+    than it was).
+
+    `least` (a `PlanGrowth`, or None: no floor) says more: how much dearer a wider pass
+    is at least, and a narrower width is priced at most at a wider one's seconds divided
+    by that. Without it a width timed in a slow moment is brought down only to the wider
+    pass, so the curve goes flat there and every window up to that width looks free: at
+    issue 13's floor point (4 rows x 1024 tokens, int4) on a busy host a cold `auto` timed
+    a 6-token pass below its plain step and drafted k = 8 at acceptance 0.3."""
     out: dict[int, float] = {}
-    lowest = float("inf")
+    lowest = lowest_per_plan = float("inf")
     for width in sorted(table, reverse=True):
-        lowest = min(lowest, table[width])
-        out[width] = lowest
+        seconds = table[width]
+        if least is None:
+            lowest = out[width] = min(lowest, seconds)
+            continue
+        # min over wider w of s_w / max(1, lo(w) / hi(width)), taken apart: min(s_w) and
+        # hi(width) x min(s_w / lo(w))
+        out[width] = min(seconds, lowest, least.hi(width) * lowest_per_plan)
+        lowest = min(lowest, seconds)
+        lowest_per_plan = min(lowest_per_plan, seconds / least.lo(width))
     return out
+
+
+class PlanGrowth:
+    """How a verify pass of `rows` rows grows with its tokens per row, at least: the
+    target's projection seconds per pass width (`kernel_tuning.projection_seconds`) as two
+    envelopes, `lo` (at each width the least any wider one took) and `hi` (the most any
+    narrower one took), so that lo(wide) / hi(narrow) is a growth the projections' own
+    timings allow at the least, less the part of a pass they leave out
+    (`PROJECTION_SHARE`). Those timings are noisy (the int4 1.5B's at 64 rows below
+    its 32; bf16's 32 rows below its one row), and a floor made from them must never
+    price a pass above what it costs: the envelopes keep a dip or a spike in one bucket
+    from raising it. Where the projections barely grow (bf16 at a few rows) the floor is 1
+    and changes nothing; where they are compute-bound (int4 at 4 x 2 rows: 1.30x the 4-row
+    pass, 1.24x with the part left out, the whole step measured 1.4-1.6x at a 1024-token
+    context) it is what a timing in a slow moment cannot undercut."""
+
+    def __init__(self, plan_s: dict[int, float], rows: int) -> None:
+        widths = sorted(plan_s)
+        low = {w: min(plan_s[v] for v in widths if v >= w) for w in widths}
+        high = {w: max(plan_s[v] for v in widths if v <= w) for w in widths}
+        # The part of a pass that does not grow with its tokens (attention over a short
+        # context, norms, sampling, the step's Python), as a share of the one-token pass.
+        one = _interpolate(high, rows) or 0.0
+        fixed = one * (1 - PROJECTION_SHARE) / PROJECTION_SHARE
+        self._low = {w: s + fixed for w, s in low.items()}
+        self._high = {w: s + fixed for w, s in high.items()}
+        self._rows = rows
+
+    def lo(self, tokens_per_row: int) -> float:
+        return _interpolate(self._low, self._rows * tokens_per_row) or 1.0
+
+    def hi(self, tokens_per_row: int) -> float:
+        return _interpolate(self._high, self._rows * tokens_per_row) or 1.0
 
 
 def _by_total(tables: dict[int, dict[int, float]], rows: int) -> dict[int, float]:
@@ -156,6 +207,8 @@ class CostModel:
     # start, so neither stored (`to_json`) nor compared: they are no measurement of a run.
     target_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
     draft_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
+    # `PlanGrowth` per batch size, for the plan table it was built from (`_plan_growth`).
+    _growth_cache: tuple = field(default=(None, {}), compare=False, repr=False)
     _seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, T) -> passes timed
     # Draft steps timed (see `observe_draft`); a count, not a measurement: not compared.
     drafts_timed: int = field(default=0, compare=False)
@@ -376,16 +429,43 @@ class CostModel:
         estimate = _interpolate(by_total, rows * tokens_per_row)
         return None if estimate is None else max(estimate, s0)
 
+    def _plan_growth(self, rows: int) -> PlanGrowth | None:
+        """The target's projections' least growth at `rows` (None without kernel plans:
+        no floor), built once per plan table and batch size."""
+        if not self.target_plan_s:
+            return None
+        plans, built = self._growth_cache
+        if plans is not self.target_plan_s:
+            plans, built = self.target_plan_s, {}
+            self._growth_cache = (plans, built)
+        if rows not in built:
+            built[rows] = PlanGrowth(plans, rows)
+        return built[rows]
+
     def widest_measured(self, rows: int) -> int:
         """The most tokens per row of a timed pass at `rows` (0: none yet)."""
         return max(self.verify_s.get(rows, {}), default=0)
 
     def verify_time(self, rows: int, tokens_per_row: int) -> float | None:
         """Seconds for one target pass of `tokens_per_row` tokens on each of `rows` rows,
-        at most any wider pass timed at `rows` (`_rising`); None before any measurement."""
+        at most any wider pass timed at `rows` divided by how much dearer the target's
+        projections make it at least (`_rising`, `PlanGrowth`), and a width not timed at
+        least the narrower ones grown as much; None before any measurement."""
         own = self.verify_s.get(rows, {})
         if tokens_per_row in own or len(own) >= 2:
-            return _interpolate(_rising(own), tokens_per_row) * self.pace
+            least = self._plan_growth(rows)
+            curve = _rising(own, least)
+            seconds = _interpolate(curve, tokens_per_row)
+            if least is not None and tokens_per_row not in curve:  # grown from the narrower
+                seconds = max(
+                    [seconds]
+                    + [
+                        s / least.hi(t) * least.lo(tokens_per_row)
+                        for t, s in curve.items()
+                        if t < tokens_per_row
+                    ]
+                )
+            return seconds * self.pace
         by_total = _by_total(self.verify_s, rows)
         estimate = _interpolate(by_total, rows * tokens_per_row)
         if own and estimate is not None:  # one point here: keep its level, borrow the shape
