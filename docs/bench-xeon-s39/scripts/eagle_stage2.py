@@ -5,11 +5,14 @@ phase gen:    greedy continuations of prompts from the middle of the training sp
               the prompts done); the trainer's 8 held-out prompts and the bench's 4 are
               excluded.
 phase states: prompt + continuation documents packed into 4 x 256 rows, the bf16
-              target's states and greedy labels, as stage-1 shards (shard-s2-*.safetensors).
+              target's states and greedy labels, as stage-1 shards (shard-s2-*.safetensors);
+              with QUANT int4, the int4 target's (shard-s2q4-*.safetensors), the states an
+              int4 engine hands its head.
 
     python eagle_stage2.py gen MINUTES [OUT [SKIP]]   # SKIP: prompts an earlier OUT took
-    python eagle_stage2.py states [OUT]
-(stop 40 added OUT and SKIP: more answers, from the prompts after stop 39's, in a new folder.)
+    python eagle_stage2.py states [OUT [QUANT]]
+(stop 40 added OUT and SKIP: more answers, from the prompts after stop 39's, in a new folder;
+stop 41 added QUANT.)
 """
 
 import json
@@ -65,10 +68,18 @@ def phase_gen(minutes: float, skip: int = 0) -> None:
         )
 
 
-def phase_states() -> None:
+def phase_states(quant: str = "bf16") -> None:
     from specdec.speculator.train import TargetStates, target_labels
 
-    target, tok, _ = load_target()
+    if quant == "bf16":
+        target, tok, _ = load_target()
+        prefix = "shard-s2"
+    else:
+        from specdec import LLM
+
+        llm = LLM("qwen2.5-coder-1.5b-instruct", quant=quant)
+        target, tok = llm.engine.model.eval().requires_grad_(False), llm.tokenizer
+        prefix = f"shard-s2q{quant.removeprefix('int')}"
     docs = [json.loads(line) for line in (OUT / "gen.jsonl").open()]
     stream: list[int] = []
     for d in docs:
@@ -78,7 +89,7 @@ def phase_states() -> None:
     states = TargetStates(target)
     started = time.perf_counter()
     for n, start in enumerate(range(0, rows - 31, 32)):
-        file = OUT / f"shard-s2-{n:05d}.safetensors"
+        file = OUT / f"{prefix}-{n:05d}.safetensors"
         if file.is_file():
             continue
         toks, hids, labs = [], [], []
@@ -110,4 +121,4 @@ if __name__ == "__main__":
         phase_gen(float(sys.argv[2]), int(sys.argv[4]) if len(sys.argv) > 4 else 0)
     else:
         OUT = Path(sys.argv[2]) if len(sys.argv) > 2 else OUT
-        phase_states()
+        phase_states(sys.argv[3] if len(sys.argv) > 3 else "bf16")
