@@ -10,6 +10,10 @@ Two speedups over plain decoding of the same group:
   run in the same turn, where the group's methods took turns (`Runner.measure_group`,
   2+ runs each). Drift on a shared CPU cancels within a turn, so the issue's
   "auto >= 0.97x plain" is checked on it where it exists, on `speedup` otherwise.
+- `paired_decode_speedup`: the decode phase's per-turn median, as `paired_speedup`. At a
+  long prompt the prefill is most of a run and the same work for every method, yet its
+  wall time varies between runs on a shared CPU by more than `auto` gains or loses in the
+  decode; this ratio leaves it out.
 - `decode_speedup`: decode phase only (wall time less prefill). The cost model predicts
   this one (it prices target and draft steps, not the prefill), so predicted vs measured
   compares like with like. The draft's prefill is lazy (a catch-up pass at the first
@@ -52,6 +56,7 @@ def derive(rows: list[dict], costs: dict, k_max: int, price_per_hour: float | No
         base = plain.get(row["group"])
         row["speedup"] = _ratio(row["tokens_per_s"], base and base["tokens_per_s"])
         row["paired_speedup"] = _paired(row, base)
+        row["paired_decode_speedup"] = _paired(row, base, "runs_decode_tokens_per_s")
         row["decode_speedup"] = _ratio(
             row.get("decode_tokens_per_s"), base and base.get("decode_tokens_per_s")
         )
@@ -71,13 +76,13 @@ def _ratio(x: float | None, y: float | None) -> float | None:
     return round(x / y, 4) if x and y else None
 
 
-def _paired(row: dict, base: dict | None) -> float | None:
-    """Median over turns of the run's tokens/s over plain's in the same turn; None unless
-    both rows took the same turns with 2+ runs each."""
+def _paired(row: dict, base: dict | None, field: str = "runs_tokens_per_s") -> float | None:
+    """Median over turns of the run's tokens/s (`field`: each run's, in run order) over
+    plain's in the same turn; None unless both rows took the same turns with 2+ runs each."""
     if base is None or row.get("turns") is None or row.get("turns") != base.get("turns"):
         return None
-    runs, plain = row.get("runs_tokens_per_s") or [], base.get("runs_tokens_per_s") or []
-    if len(runs) != len(plain) or len(runs) < 2:
+    runs, plain = row.get(field) or [], base.get(field) or []
+    if len(runs) != len(plain) or len(runs) < 2 or None in runs or None in plain:
         return None
     return round(statistics.median(r / p for r, p in zip(runs, plain, strict=True)), 4)
 

@@ -161,6 +161,12 @@ def _floor_check(rows: list[dict], field: str, what: str) -> str:
 
 def checks(rows: list[dict]) -> list[str]:
     out = [_floor_check(rows, "speedup", "tokens/s, wall time")]
+    if any(r.get("paired_decode_speedup") is not None for r in rows):
+        out.append(
+            _floor_check(
+                rows, "paired_decode_speedup", "decode phase alone, medians of per-turn ratios"
+            )
+        )
     if any(r.get("cpu_speedup") is not None for r in rows):
         out.append(_floor_check(rows, "cpu_speedup", "tokens per CPU second"))
     b1 = [

@@ -40,6 +40,7 @@ CSV_COLUMNS = (
     "speedup",
     "paired_speedup",
     "decode_speedup",
+    "paired_decode_speedup",
     "cpu_speedup",
     "predicted_speedup",
     "predicted_from_tokens_per_pass",

@@ -358,6 +358,11 @@ class Runner:
         row = self._row(point, prompts, token_ids, stats, wall, prefill_s)
         generated = row["generated_tokens"]
         row["runs_tokens_per_s"] = [round(generated / r[0], 3) for r in runs]
+        if stats:  # the decode phase of each run: its wall time less its prefills
+            after_first = generated - len(prompts)
+            row["runs_decode_tokens_per_s"] = [
+                round(after_first / (r[0] - r[4]), 3) if r[0] > r[4] else None for r in runs
+            ]
         row["turns"] = turns
         # CPU seconds this process used: with --threads 1 that is the work done, whatever
         # share of the cores neighbours took (a shared machine stretches wall time, not CPU

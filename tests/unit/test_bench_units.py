@@ -169,6 +169,54 @@ def test_paired_speedup_pairs_runs_of_the_same_turns_and_the_floor_check_uses_it
         assert rows[1]["paired_speedup"] is None and "**no**" in checks(rows)[0]
 
 
+def test_paired_decode_speedup_leaves_out_the_prefills_spread():
+    """A long prompt: each run is 10 s of prefill (the same work for every method) and 5 s
+    of decode. In two turns of three plain's prefill happened to take 8 s and auto's 12 s:
+    end to end auto reads 0.76x plain by the per-turn median and fails the floor, yet its
+    decode ran as fast as plain's in every turn. The decode line of the floor check judges
+    the decode alone and passes; with auto's decode 10% slower it fails."""
+    from specdec.bench.report import checks
+
+    def runs(decode_s, prefill_s):  # 100 tokens, 4 requests: 96 after each one's first
+        return {
+            "runs_tokens_per_s": [100 / (d + p) for d, p in zip(decode_s, prefill_s, strict=True)],
+            "runs_decode_tokens_per_s": [96 / d for d in decode_s],
+            "turns": "t1",
+        }
+
+    for slower, verdict in ((1.0, "**yes**"), (1.1, "**no**")):
+        plain = _row("plain", None, 100 / 15) | runs([5, 5, 5], [8, 8, 10])
+        auto = _row("draft-auto", "auto", 100 / 15) | runs([5 * slower] * 3, [12, 12, 10])
+        rows = [plain, auto]
+        derive(rows, {}, k_max=4, price_per_hour=None)
+        assert auto["paired_decode_speedup"] == pytest.approx(1 / slower, abs=1e-3)
+        wall, decode = checks(rows)[:2]
+        assert "**no**" in wall and "decode phase alone" in decode and verdict in decode
+    auto["runs_decode_tokens_per_s"][0] = None  # a run with no decode: no paired figure
+    derive(rows, {}, k_max=4, price_per_hour=None)
+    assert auto["paired_decode_speedup"] is None
+
+
+def test_finish_keeps_every_runs_decode_rate():
+    """Each run's decode tokens/s is its tokens after each request's first over its wall
+    time less its prefills, in run order beside its end-to-end rate."""
+    from types import SimpleNamespace
+
+    from specdec.bench import runner as bench_runner
+    from specdec.metrics import SpecStats
+
+    runner = object.__new__(bench_runner.Runner)
+    runner.tp, runner.llm = 1, SimpleNamespace(tp=None)
+    point = Point("code", None, 2, 0.0, "plain")
+    trial = bench_runner.Trial(point, [[5, 6], [7]], lambda: iter(()))
+    stats = [SpecStats(generated=6), SpecStats(generated=6)]
+    for wall, prefill in ((3.0, 1.0), (4.0, 3.0), (2.0, 1.0)):
+        trial.runs.append((wall, wall, [[1] * 6, [2] * 6], stats, prefill))
+    row = runner.finish(trial)
+    assert row["runs_tokens_per_s"] == [4.0, 3.0, 6.0]
+    assert row["runs_decode_tokens_per_s"] == [5.0, 10.0, 10.0]
+
+
 def _turn_runner(monkeypatch, rounds_per_run: int, order: list, repeats: int = 3):
     """A Runner whose points run `rounds_per_run` rounds, logging (method, round) as they
     run; llama.cpp cannot start."""
