@@ -8,9 +8,13 @@ phases that each resume from what is on disk under OUT:
   eval    the trainer's 8 held-out prompts, the target's greedy 48-token continuations
           (the engine), and the states of prompt + continuation.
   train   the head, teacher-forced over the shards (epochs), until --train-minutes;
-          checkpoint every 50 steps.
+          checkpoint every 50 steps. (stop 42 added --anneal: the rate falls linearly to
+          a tenth over the run's minutes; a resumed run starts its fall afresh.)
   score   chains of k drafted tokens from every continuation position, against the
           target's own continuation: 1 + mean accepted = tokens per target pass.
+          (stop 42 added walked_kN: windows only where the last one ended, as the engine
+          drafts. The mean over every position weighs the easy stretches once per token,
+          where the engine crosses them in a few passes, so it reads higher.)
 
 The head: input at position j is fc([embed(x_{j+1}), f_j]) (f: the target's final-normed
 state, x: tokens); one Qwen2 decoder layer over those inputs (causal, RoPE); its output
@@ -211,7 +215,15 @@ def build_head(target, inter: int):
 
 
 def phase_train(
-    out: Path, minutes: float, inter: int, lr: float, w_cls: float, unroll: int, tag: str, init: str
+    out: Path,
+    minutes: float,
+    inter: int,
+    lr: float,
+    w_cls: float,
+    unroll: int,
+    tag: str,
+    init: str,
+    anneal: bool = False,
 ) -> None:
     target, _, _ = load_target()
     head, _, to_draft = build_head(target, inter)
@@ -265,6 +277,8 @@ def phase_train(
             )
         loss = reg + w_cls * cls
         lr_now = lr * min(1.0, (step + 1) / 50)
+        if anneal:  # linearly down to a tenth over this run's minutes
+            lr_now *= 1 - 0.9 * min(1.0, (time.perf_counter() - started) / (minutes * 60))
         for group in opt.param_groups:
             group["lr"] = lr_now
         opt.zero_grad()
@@ -328,6 +342,7 @@ def phase_score(out: Path, inter: int, ks: list[int], tag: str) -> dict:
     data = load_file(str(out / "eval.safetensors"))
     K = max(ks)
     accepted = {k: [] for k in ks}
+    walked = {k: [0, 0] for k in ks}  # tokens, passes along the engine's own walk
     first_right = []
     for j in range(sum(n.startswith("tokens.") for n in data)):
         x, f, p = data[f"tokens.{j}"], data[f"hidden.{j}"].float(), int(data[f"prompt.{j}"])
@@ -337,6 +352,7 @@ def phase_score(out: Path, inter: int, ks: list[int], tag: str) -> dict:
             q, k, v = head.qkv(inp, torch.arange(S - 1)[None])
             step1 = head.mlp(inp + head.attend(q, k, v, causal=True))  # [1, S-1, E]
         # drafts start after the committed token x_{t+1}, t + 1 >= p (in the continuation)
+        runs = {}
         for t in range(p - 1, S - 2):
             fh = step1[:, t : t + 1]
             drafts = []
@@ -357,15 +373,24 @@ def phase_score(out: Path, inter: int, ks: list[int], tag: str) -> dict:
                 if a != b:
                     break
                 run += 1
+            runs[t] = run
             first_right.append(bool(truth) and drafts[0] == truth[0])
             for kq in ks:
                 if t + 2 + kq <= S:  # the whole window lies in the continuation
                     accepted[kq].append(min(run, kq))
+        for kq in ks:  # the engine's windows start only where its last one ended
+            t = p - 1
+            while t + 2 + kq <= S:
+                kept = min(runs[t], kq)
+                walked[kq][0] += 1 + kept
+                walked[kq][1] += 1
+                t += 1 + kept
     result = {
         "step": saved["step"],
         "tag": tag,
         "top1_first": round(sum(first_right) / len(first_right), 4),
         **{f"tokens_per_pass_k{k}": round(1 + sum(a) / len(a), 4) for k, a in accepted.items()},
+        **{f"walked_k{k}": round(n / passes, 4) for k, (n, passes) in walked.items()},
         "positions": {k: len(a) for k, a in accepted.items()},
     }
     print(json.dumps(result), flush=True)
@@ -405,6 +430,7 @@ def main() -> None:
     ap.add_argument("--unroll", type=int, default=1, help="draft steps trained per position")
     ap.add_argument("--tag", default=None, help="checkpoint name (default: --inter)")
     ap.add_argument("--init", default="", help="start from checkpoint head-INIT.pt")
+    ap.add_argument("--anneal", action="store_true", help="train: rate down to a tenth by the end")
     args = ap.parse_args()
     out = Path(args.out)
     tag = args.tag or str(args.inter)
@@ -416,7 +442,15 @@ def main() -> None:
         phase_eval_data(out)
     elif args.phase == "train":
         phase_train(
-            out, args.train_minutes, args.inter, args.lr, args.w_cls, args.unroll, tag, args.init
+            out,
+            args.train_minutes,
+            args.inter,
+            args.lr,
+            args.w_cls,
+            args.unroll,
+            tag,
+            args.init,
+            args.anneal,
         )
     elif args.phase == "export":
         phase_export(

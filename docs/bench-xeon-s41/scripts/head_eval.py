@@ -10,8 +10,10 @@ of k):
 
 Greedy output is the target's whatever the head, so the figure is the head's alone.
 
-    python head_eval.py [--ks 3,5] [--quant none] [--draft-quant none] [--sets trainer8]
-        HEAD_DIR [HEAD_DIR ...]
+    python head_eval.py [--ks 3,5] [--trees 3,2,1:4,2,1] [--quant none] [--draft-quant none]
+        [--sets trainer8] HEAD_DIR [HEAD_DIR ...]
+
+(stop 42 added --trees: candidate trees, top-k per level, verified in one pass each.)
 """
 
 import argparse
@@ -28,12 +30,14 @@ from specdec.tokenization import encode_prompt  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("heads", nargs="+")
-ap.add_argument("--ks", default="3,5")
+ap.add_argument("--ks", default="3,5", help="chains of k ('' for none)")
+ap.add_argument("--trees", default="", help="trees, colon-separated, e.g. 3,2,1:4,2,1")
 ap.add_argument("--quant", default="int4", help="the target's weights")
 ap.add_argument("--draft-quant", default=None, help="the head's (default: as LLM picks)")
 ap.add_argument("--sets", default="bench4,trainer8,fresh16")
 args = ap.parse_args()
-ks = [int(k) for k in args.ks.split(",")]
+windows = [dict(speculate=int(k)) for k in args.ks.split(",") if k]
+windows += [dict(tree=t, speculate=t.count(",") + 1) for t in args.trees.split(":") if t]
 
 llm = LLM("qwen2.5-coder-1.5b-instruct", quant="int4")
 tok = llm.tokenizer
@@ -50,15 +54,15 @@ sets = {
 del llm
 params = SamplingParams(temperature=0, max_tokens=64)
 for head in args.heads:
-    for k in ks:
+    for window in windows:
         run = LLM(
             "qwen2.5-coder-1.5b-instruct",
             quant=args.quant,
             draft=head,
             draft_quant=args.draft_quant,
-            speculate=k,
+            **window,
         )
-        row = {"head": head, "k": k, "quant": args.quant, "draft_quant": args.draft_quant}
+        row = {"head": head, **window, "quant": args.quant, "draft_quant": args.draft_quant}
         for name, prompts in sets.items():
             if name not in args.sets.split(","):
                 continue
