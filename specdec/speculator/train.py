@@ -356,6 +356,24 @@ def eagle_losses(
     return total, HeadMetrics(float(total.detach()), losses, accs, count)
 
 
+def walked_windows(run: torch.Tensor) -> tuple[int, int]:
+    """(tokens, passes) of the engine's own walk over a segment: `run [L, n]` says, per
+    start position, whether drafts 0..i of a chain from there were all right. The first
+    window starts at 0 and each next one where the last ended (1 + its kept drafts on).
+
+    Why not the mean over every start position: the engine crosses an easy stretch of m
+    tokens in about m / (n + 1) passes but a hard one in m, so tokens per pass is a mean
+    over passes; the mean over positions counts each easy position once per token and
+    reads higher (a segment half easy, half hard: 1 + n / 2 against (2n + 2) / (n + 2))."""
+    kept = run.sum(1).tolist()  # drafts kept by a window from each position
+    tokens = passes = t = 0
+    while t < len(kept):
+        tokens += 1 + kept[t]
+        passes += 1
+        t += 1 + kept[t]
+    return tokens, passes
+
+
 def lr_at(step: int, total: int, peak: float, warmup: float) -> float:
     """Linear warm-up over `warmup * total` steps, then cosine decay to 10% of the peak."""
     w = max(1, int(warmup * total))
@@ -792,6 +810,7 @@ class SpeculatorTrainer:
         reached, kept = [0] * n, [0] * n
         correct, tried = [0] * n, [0] * n
         accepted_total, positions = 0, 0
+        walked_tokens = walked_passes = 0
         for tokens, hidden in pool:
             S = len(tokens)
             L = S - n - 1
@@ -807,6 +826,8 @@ class SpeculatorTrainer:
                 tried[i] += L
             accepted_total += int(run.sum())
             positions += L
+            walked = walked_windows(run)
+            walked_tokens, walked_passes = walked_tokens + walked[0], walked_passes + walked[1]
         spec.train(was_training)
         result = {
             "acceptance_per_head": [
@@ -814,6 +835,8 @@ class SpeculatorTrainer:
             ],
             "top1_per_head": [round(c / max(1, t), 4) for c, t in zip(correct, tried, strict=True)],
             "mean_accepted_length": round(1 + accepted_total / max(1, positions), 4),
+            # what the engine reads on the same continuations (see `walked_windows`)
+            "walked_accepted_length": round(walked_tokens / max(1, walked_passes), 4),
             "positions": positions,
         }
         result["engine"] = self.engine_eval(spec)

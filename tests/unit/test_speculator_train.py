@@ -84,6 +84,7 @@ def test_loss_falls_and_accuracy_beats_the_most_frequent_token(trained):
     assert set(evals) == {"stage1", "stage2"}
     for stage in evals.values():
         assert len(stage["acceptance_per_head"]) == 3 and stage["mean_accepted_length"] >= 1
+        assert 1 <= stage["walked_accepted_length"] <= 4
         assert stage["engine"]["mean_accepted_length"] >= 1
     assert (out / "config.json").is_file() and (out / "stage2").is_dir()
 
@@ -417,3 +418,20 @@ def test_an_eagle_head_learns_in_both_stages_and_drafts_losslessly(target, tmp_p
     )
     spec = engine.generate(prompts, params)
     assert [c.token_ids for c in spec] == [c.token_ids for c in plain]
+
+
+def test_walked_windows_follow_the_engine_not_the_mean_over_positions():
+    """Chains of 3 over 8 positions, the first 4 easy (every draft right) and the last 4
+    hard (none): the engine takes one pass for the easy stretch (4 tokens) and one per
+    hard position (1 token each), 8 tokens in 5 passes = 1.6, where the mean over
+    positions reads 1 + 12 / 8 = 2.5. A stretch where drafts 0-1 of 3 are right walks in
+    steps of 3."""
+    from specdec.speculator.train import walked_windows
+
+    easy, hard = [True] * 3, [False] * 3
+    run = torch.tensor([easy] * 4 + [hard] * 4, dtype=torch.long)
+    assert walked_windows(run) == (8, 5)
+    assert 1 + run.sum().item() / len(run) == 2.5
+    two = torch.tensor([[1, 1, 0]] * 9, dtype=torch.long)
+    assert walked_windows(two) == (9, 3)
+    assert walked_windows(torch.zeros(0, 3, dtype=torch.long)) == (0, 0)
