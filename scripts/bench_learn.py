@@ -136,6 +136,7 @@ def replay(args) -> None:
     # its logged requests trained, not an older checkpoint's.
     config = LearnConfig(
         budget=args.budget,
+        lr=args.lr,
         publish_every=NEVER if args.mode == "frozen" else 5,
         checkpoint_every=10,
     )
@@ -376,6 +377,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quant", default="none")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--budget", type=float, default=0.25)
+    ap.add_argument("--lr", type=float, default=None, help="the learner's rate (LearnConfig.lr)")
     ap.add_argument("--learn-heads", type=int, default=3)
     ap.add_argument("--window", type=int, default=50)
     ap.add_argument(

@@ -76,6 +76,13 @@ def _model_args(p) -> None:
         help="share of the engine's wall time training may take while serving (default 0.25)",
     )
     p.add_argument(
+        "--learn-lr",
+        type=float,
+        default=None,
+        help="the learner's AdamW rate after its warm-up (default 1e-3 for MLP heads, 3e-4 for "
+        "an eagle head; a head trained offline to a lower final rate may want that rate)",
+    )
+    p.add_argument(
         "--learn-heads", type=int, default=3, help="heads of untrained --learn heads (default 3)"
     )
     p.add_argument(
@@ -363,7 +370,7 @@ def _learn_config(args):
         return None
     from specdec.speculator.online import LearnConfig
 
-    return LearnConfig(budget=args.learn_budget)
+    return LearnConfig(budget=args.learn_budget, lr=args.learn_lr)
 
 
 def cmd_serve(args) -> None:

@@ -332,6 +332,20 @@ def test_cli_learns_from_untrained_heads_and_resumes(tmp_path, capsys):
     assert (heads / "learn_state.json").is_file()
     assert main(argv) == 0  # again on the same directory: it loads and resumes
     assert (heads / "model.safetensors").is_file()
+    capsys.readouterr()
+    assert main([*argv[:-1], "--learn-lr", "0", argv[-1]]) == 2
+    assert "lr must be > 0, got 0.0" in capsys.readouterr().err
+
+
+def test_cli_learn_lr_reaches_the_learner():
+    """`--learn-lr` sets the learner's rate; left out, the learner picks by head kind."""
+    from specdec.cli import _learn_config, build_parser
+
+    base = ["generate", "--model", "m", "--draft", "d", "--learn", "p"]
+    assert _learn_config(build_parser().parse_args(base)).lr is None
+    assert (
+        _learn_config(build_parser().parse_args([*base[:-1], "--learn-lr", "3e-5", "p"])).lr == 3e-5
+    )
 
 
 def _eagle_learner(target, cfg, out=None):
