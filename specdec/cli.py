@@ -79,8 +79,8 @@ def _model_args(p) -> None:
         "--learn-lr",
         type=float,
         default=None,
-        help="the learner's AdamW rate after its warm-up (default 1e-3 for MLP heads, 3e-4 for "
-        "an eagle head; a head trained offline to a lower final rate may want that rate)",
+        help="the learner's AdamW rate after its warm-up (default 1e-3 for MLP heads, 3e-5 for "
+        "an eagle head, which arrives trained)",
     )
     p.add_argument(
         "--learn-heads", type=int, default=3, help="heads of untrained --learn heads (default 3)"
