@@ -333,6 +333,8 @@ def unrolled(head, tokens_next, feats, positions, unroll: int) -> list[torch.Ten
 
 @torch.no_grad()
 def phase_score(out: Path, inter: int, ks: list[int], tag: str) -> dict:
+    from specdec.speculator.train import walked_windows
+
     target, _, _ = load_target()
     head, vocab_map, _ = build_head(target, inter)
     ckpt = out / f"head-{tag}.pt"
@@ -379,12 +381,10 @@ def phase_score(out: Path, inter: int, ks: list[int], tag: str) -> dict:
                 if t + 2 + kq <= S:  # the whole window lies in the continuation
                     accepted[kq].append(min(run, kq))
         for kq in ks:  # the engine's windows start only where its last one ended
-            t = p - 1
-            while t + 2 + kq <= S:
-                kept = min(runs[t], kq)
-                walked[kq][0] += 1 + kept
-                walked[kq][1] += 1
-                t += 1 + kept
+            fits = torch.tensor([runs[t] for t in range(p - 1, S - 1 - kq)])  # whole windows
+            tokens, passes = walked_windows((torch.arange(kq)[None] < fits[:, None]).long())
+            walked[kq][0] += tokens
+            walked[kq][1] += passes
     result = {
         "step": saved["step"],
         "tag": tag,
