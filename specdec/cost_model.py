@@ -150,16 +150,15 @@ class PlanGrowth:
         self._hi_at: dict[int, float] = {}
 
     def lo(self, tokens_per_row: int) -> float:
-        if tokens_per_row not in self._lo_at:
-            lo = _interpolate(self._low, self._rows * tokens_per_row)
-            self._lo_at[tokens_per_row] = lo or 1.0
-        return self._lo_at[tokens_per_row]
+        return self._at(self._low, self._lo_at, tokens_per_row)
 
     def hi(self, tokens_per_row: int) -> float:
-        if tokens_per_row not in self._hi_at:
-            hi = _interpolate(self._high, self._rows * tokens_per_row)
-            self._hi_at[tokens_per_row] = hi or 1.0
-        return self._hi_at[tokens_per_row]
+        return self._at(self._high, self._hi_at, tokens_per_row)
+
+    def _at(self, envelope: dict, memo: dict, tokens_per_row: int) -> float:
+        if tokens_per_row not in memo:
+            memo[tokens_per_row] = _interpolate(envelope, self._rows * tokens_per_row) or 1.0
+        return memo[tokens_per_row]
 
 
 def _by_total(tables: dict[int, dict[int, float]], rows: int) -> dict[int, float]:
