@@ -359,9 +359,8 @@ class Runner:
         generated = row["generated_tokens"]
         row["runs_tokens_per_s"] = [round(generated / r[0], 3) for r in runs]
         if stats:  # the decode phase of each run: its wall time less its prefills
-            after_first = generated - len(prompts)
             row["runs_decode_tokens_per_s"] = [
-                round(after_first / (r[0] - r[4]), 3) if r[0] > r[4] else None for r in runs
+                _round(_decode_rate(generated, len(prompts), r[0], r[4]), 3) for r in runs
             ]
         row["turns"] = turns
         # CPU seconds this process used: with --threads 1 that is the work done, whatever
@@ -637,10 +636,10 @@ class Runner:
             # Decode phase alone: the wall time less the engine's prefills, over the tokens
             # after each request's first. A round's requests all arrive at its start, so a
             # TTFT is the round's prefill (no request queues behind another's decoding).
-            decode_s = wall - prefill_s
-            decode_tokens = generated - len(prompts)
             row |= {
-                "decode_tokens_per_s": round(decode_tokens / decode_s, 4) if decode_s > 0 else None,
+                "decode_tokens_per_s": _round(
+                    _decode_rate(generated, len(prompts), wall, prefill_s), 4
+                ),
                 "tpot_median_s": round(statistics.median(tpot), 5) if tpot else None,
                 "tpot_p90_s": _round(_percentile(tpot, 0.9), 5),
                 "ttft_median_s": round(statistics.median(ttft), 4),
@@ -657,6 +656,13 @@ class Runner:
 
 def _round(x: float | None, digits: int) -> float | None:
     return None if x is None else round(x, digits)
+
+
+def _decode_rate(generated: int, requests: int, wall: float, prefill_s: float) -> float | None:
+    """Tokens/s of a run's decode phase: the tokens after each request's first over the
+    wall time less the prefills (None when nothing is left of the wall time)."""
+    decode_s = wall - prefill_s
+    return (generated - requests) / decode_s if decode_s > 0 else None
 
 
 def _ngram_factory(max_batch: int, max_len: int) -> NgramDrafter:
