@@ -9,23 +9,13 @@ decode seconds (wall minus prefill) and prefill seconds per run, and their media
 
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench-xeon-s40" / "scripts"))
-from floor_point import engine as fresh_engine  # noqa: E402
-from floor_point import params, prompts  # noqa: E402
+from floor_point import timed_run as run  # noqa: E402
 
 turns = int(sys.argv[1]) if len(sys.argv) > 1 else 6
 methods = ["plain", "ngram-k0", "ngram-auto"]
-
-
-def run(method: str) -> tuple[float, float]:
-    engine = fresh_engine(method)
-    started = time.perf_counter()
-    engine.generate(prompts, params)
-    wall = time.perf_counter() - started
-    return wall - engine.prefill_s, engine.prefill_s
 
 
 for m in methods:  # warm-up
