@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 EMA = 0.2  # weight of a new measurement
 PACE_WEIGHT = 0.2  # weight of a pass's log ratio in the host's pace (`CostModel.pace`)
+FIRST_TIMINGS = 3  # a pass shape's first timings, of which the fastest is kept
 # The share of a one-token verify pass that the projections take, for `PlanGrowth`'s floor:
 # the rest barely grows with a few more tokens. Measured, the int4 1.5B at batch 1 (Xeon
 # AMX): an 8-token pass cost 1.26x a 4-token one where its projections' timings say 1.30x.
@@ -226,9 +227,9 @@ class CostModel:
     # run), and a pass width timed in a slow minute, priced against a plain step timed in
     # a fast one, made every window look dear (a 4-token pass at 1.6 plain steps, 1.25
     # measured side by side) and switched drafting off. So the verify and draft tables hold
-    # seconds at pace 1: each pass of a width timed twice or more moves the pace by its
-    # ratio to the table, and is stored divided by it; the widths not timed meanwhile (the
-    # plain step while drafting) move with the pace instead of going stale.
+    # seconds at pace 1: each pass of a width timed FIRST_TIMINGS times or more moves the
+    # pace by its ratio to the table, and is stored divided by it; the widths not timed
+    # meanwhile (the plain step while drafting) move with the pace instead of going stale.
     pace: float = 1.0
 
     @classmethod
@@ -284,19 +285,23 @@ class CostModel:
         )
 
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
-        """A running average, except that the second pass of a shape replaces the first
-        when faster: the first call of a shape pays one-off setup, and on a shared machine
-        a neighbour only ever adds time (one slow plain step would make every window
-        look better than it is, for the whole run)."""
+        """A running average, except that a shape's first FIRST_TIMINGS passes keep the
+        fastest: the first call of a shape pays one-off setup, and on a shared machine a
+        neighbour only ever adds time (one slow plain step would make every window look
+        better than it is, for the whole run). Two were not enough: at issue 13's floor
+        point (4 rows x 1024 tokens, int4, eagle head) the plain step after the prefill's
+        warm-up ran 92-99 ms in a slow moment against 80 steady, the 2-token pass was
+        priced at 1.25-1.30 plain steps against 1.45 measured side by side, and `auto`
+        drafted k = 1 through a whole run at 0.87x plain."""
         table = self.verify_s.setdefault(rows, {})
         seen = self._seen.get((rows, tokens_per_row), 0)
         old = table.get(tokens_per_row)
-        if seen >= 2 and old and seconds > 0:  # an established width: the host's pace
+        if seen >= FIRST_TIMINGS and old and seconds > 0:  # established: the host's pace
             ratio = min(2.0, max(0.5, seconds / (old * self.pace)))
             self.pace *= ratio**PACE_WEIGHT
         at_pace = seconds / self.pace
-        if seen == 1 and old is not None and at_pace < old:
-            table[tokens_per_row] = at_pace
+        if seen < FIRST_TIMINGS:
+            table[tokens_per_row] = _faster(old, at_pace)
         else:
             table[tokens_per_row] = _blend(old, at_pace)
         self._seen[(rows, tokens_per_row)] = seen + 1
@@ -311,12 +316,12 @@ class CostModel:
         """A step's `seconds` drafting k tokens per row; `first_s` of them its first draft
         token's (None: the drafter does not say).
 
-        The second step timed replaces the first where faster, as a verify pass's second
-        does (`observe_verify`): a drafter's first call pays one-off setup. The int4 0.5B
-        draft's first step took 48-63 ms, its next ones 22-27 (Xeon AMX, stop 37): the
-        first alone priced the draft at 1.34 plain steps a token, no window could pay, and
-        a cold `auto` never drafted again in the process (`look_unsettled`: a second look
-        where that happens)."""
+        The second step timed replaces the first where faster, as a verify pass's first
+        timings keep the fastest (`observe_verify`): a drafter's first call pays one-off
+        setup. The int4 0.5B draft's first step took 48-63 ms, its next ones 22-27 (Xeon
+        AMX, stop 37): the first alone priced the draft at 1.34 plain steps a token, no
+        window could pay, and a cold `auto` never drafted again in the process
+        (`look_unsettled`: a second look where that happens)."""
         if k <= 0:
             return
         seconds /= self.pace  # the tables hold seconds at pace 1
@@ -637,8 +642,8 @@ class AdaptiveWindow:
     """`--speculate auto`: picks k each step from measured acceptance and costs, and checks
     that what it picked pays.
 
-    - Plain decoding first (k = 0, two steps per batch size, the faster kept): the step
-      every window is priced against.
+    - Plain decoding first (k = 0, FIRST_TIMINGS steps per batch size, the fastest kept):
+      the step every window is priced against.
     - The window grows from k = 1: each step takes `best_window` over windows at most
       twice as wide as the widest pass timed at this batch size (k + 1 <= 2 * widest), so
       a wider window is only tried once the model, with costs it has measured, predicts
@@ -844,7 +849,7 @@ class AdaptiveWindow:
 
     def _choose(self, rows: int) -> int:
         self._probing = False
-        if self.costs.timed(rows, 1) < 2:  # plain passes at this batch size: the reference
+        if self.costs.timed(rows, 1) < FIRST_TIMINGS:  # the reference: plain passes at rows
             return 0
         if self._off:  # the guard saw speculation lose: plain decoding for a while
             self._off -= 1
@@ -911,6 +916,7 @@ class AdaptiveWindow:
         draft_first_s: float | None = None,
         width: int | None = None,
         judged: int | None = None,
+        progress: float | None = None,
     ) -> None:
         """Feed back one step: its timings (`draft_first_s`: of `draft_s`, the first
         draft token's, where the drafter times it), per position, the rows that tested and
@@ -918,7 +924,8 @@ class AdaptiveWindow:
         narrower than k + 1 (no row drafted that far): the pass is timed at its width.
         `judged`: the rows the counts are over, where not all `rows` (the engine counts
         the rows a batch waits for, `Engine._judged_rows`); the guard's tokens per row
-        are theirs."""
+        are theirs, 1 + their kept drafts, unless `progress` says how far the step took
+        the batch (the engine: how far the most tokens left fell, `Engine._progress`)."""
         self.costs.observe_verify(rows, k + 1 if width is None else width, verify_s)
         self.costs.observe_draft(rows, k, draft_s, draft_first_s)
         grow = len(drafted_at) - len(self._reached)
@@ -929,8 +936,9 @@ class AdaptiveWindow:
             self._reached[i] = self.decay * self._reached[i] + d
             self._kept[i] = self.decay * self._kept[i] + a
         if k > 0:
-            per_row = sum(accepted_at) / (rows if judged is None else max(judged, 1))
-            self._guard(rows, verify_s + draft_s, 1 + per_row)
+            if progress is None:
+                progress = 1 + sum(accepted_at) / (rows if judged is None else max(judged, 1))
+            self._guard(rows, verify_s + draft_s, progress)
             self._unlooked_s = 0.0
         elif not self._reached:
             self.observe_plain_spent(verify_s)

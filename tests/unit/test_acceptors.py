@@ -15,7 +15,7 @@ from specdec.acceptors import (
     TokenAcceptor,
     Verdict,
 )
-from specdec.cost_model import CostModel, expected_tokens
+from specdec.cost_model import PACE_WEIGHT, CostModel, expected_tokens
 from specdec.metrics import SpecStats
 
 V = 6
@@ -350,12 +350,19 @@ def test_cost_model_interpolates_and_averages():
     costs.observe_verify(1, 5, 2.0)
     assert costs.verify_time(1, 3) == pytest.approx(1.5)
     assert costs.verify_time(1, 9) == pytest.approx(3.0)  # extrapolated
-    costs.observe_verify(1, 1, 2.0)  # running average, new weight 0.2
-    assert costs.verify_time(1, 1) == pytest.approx(1.2)
+    costs.observe_verify(1, 1, 2.0)  # a shape's first timings: the fastest kept
+    assert costs.verify_time(1, 1) == 1.0
+    costs.observe_verify(1, 1, 1.0)
+    costs.observe_verify(1, 1, 2.0)  # then a running average (new weight 0.2) ...
+    pace = 2.0**PACE_WEIGHT  # ... at the host's pace, which this timing moved
+    assert costs.pace == pytest.approx(pace)
+    plain = 0.8 * 1.0 + 0.2 * 2.0 / pace  # seconds at pace 1
+    assert costs.verify_time(1, 1) == pytest.approx(pace * plain)
     assert costs.predict(1, [0.5], 2) is None  # no draft cost yet
-    costs.observe_draft(1, 2, 0.2)  # 0.1 s per draft token
-    assert costs.verify_time(1, 3) == pytest.approx(1.6)  # between 1.2 at 1 and 2.0 at 5
-    assert costs.predict(1, [0.5], 2) == pytest.approx(1.75 / (2 * 0.1 + 1.6))
+    costs.observe_draft(1, 2, 0.2 * pace)  # 0.1 s per draft token at pace 1
+    three = (plain + 2.0) / 2  # between the plain step and 2.0 at 5, at pace 1
+    assert costs.verify_time(1, 3) == pytest.approx(pace * three)
+    assert costs.predict(1, [0.5], 2) == pytest.approx(1.75 / (pace * (2 * 0.1 + three)))
 
 
 # ---- SpecStats ------------------------------------------------------------------------

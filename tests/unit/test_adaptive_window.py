@@ -7,6 +7,7 @@ import pytest
 
 from specdec import cost_model
 from specdec.cost_model import (
+    FIRST_TIMINGS,
     PACE_WEIGHT,
     WARM_ACCEPTANCE_WEIGHT,
     AdaptiveWindow,
@@ -299,7 +300,7 @@ def test_guard_backs_off_when_speculation_realises_less_than_plain():
     tokens per second than the measured plain step switch speculation off for `backoff`
     steps (no probes), twice as long when it trips again, reset once a check passes."""
     w = AdaptiveWindow(k_max=4, guard_steps=4, backoff=5)
-    for _ in range(2):  # plain: 1 s per token
+    for _ in range(FIRST_TIMINGS):  # plain: 1 s per token
         w.observe(1, 0, 1.0, 0.0, [], [])
 
     def check(seconds, accepted):  # guard_steps steps of k = 2
@@ -325,13 +326,31 @@ def test_guard_backs_off_when_speculation_realises_less_than_plain():
     assert off_for() == 5
 
 
+def test_the_guard_credits_how_far_the_batch_went():
+    """The guard judges a batch job by how far a step took it (`progress`, the engine's
+    `_progress`), not by its longest rows' mean kept drafts: at issue 13's floor point the
+    mean read 1.5 tokens a step (k = 1 passes at 1.45 plain steps: passes) where the batch
+    went 1.39 (0.96x: fails the 0.97 floor)."""
+
+    def guarded(progress):
+        w = AdaptiveWindow(k_max=4, guard_steps=4, backoff=5)
+        for _ in range(FIRST_TIMINGS):  # plain: 1 s per token
+            w.observe(2, 0, 1.0, 0.0, [], [])
+        for _ in range(w.guard_steps):  # 2 tied rows, one keeps its draft
+            w.observe(2, 1, 1.45, 0.0, [2], [1], judged=2, progress=progress)
+        return w._off
+
+    assert guarded(progress=None) == 0  # credited 1 + 1 / 2 = 1.5 tokens: 1.03x
+    assert guarded(progress=1.39) == 5  # 0.96x: off for `backoff` steps
+
+
 def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
     """One losing stretch is about the text at hand: when a wholly new batch is admitted
     the guard's first trip is forgotten (it left the fourth of four chat requests plain
     where k = 3 paid). A trip again before any check passed stands across the new batch,
     and a batch joining live rows forgets nothing."""
     w = AdaptiveWindow(k_max=4, guard_steps=4, backoff=5)
-    for _ in range(2):  # plain: 1 s per token
+    for _ in range(FIRST_TIMINGS):  # plain: 1 s per token
         w.observe(1, 0, 1.0, 0.0, [], [])
 
     def trip():  # guard_steps steps of k = 2 emitting 1 token in 2 s
@@ -350,11 +369,11 @@ def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
 
 
 def _looking_window() -> AdaptiveWindow:
-    """A window with a 0.27 draft ratio and two 47 ms plain steps, about to take its first
+    """A window with a 0.27 draft ratio and its first 47 ms plain steps, about to take its first
     k = 1 look (the int4 pair as traced on the Xeon AMX)."""
     w = AdaptiveWindow()
     w.set_draft_ratio(0.27)
-    for _ in range(2):
+    for _ in range(FIRST_TIMINGS):
         w.observe(1, 0, 0.047, 0.0, [], [])
     assert w.choose(1) == 1  # the first look
     return w
@@ -388,18 +407,21 @@ def test_a_first_look_timed_far_over_its_price_is_taken_again():
     assert w.choose(1) >= 1
 
 
-def test_plain_reference_is_the_faster_of_two_steps():
+def test_plain_reference_is_the_fastest_of_its_first_steps():
     """One slow first plain step (a kernel's first call, a neighbour) must not make every
-    window look better than it is: two plain steps per batch size, the faster kept."""
+    window look better than it is, nor one slow second step (issue 13's floor point with
+    the eagle head: 144 and 99 ms, then 80 steady, and k = 1 drafted at 0.87x plain):
+    FIRST_TIMINGS plain steps per batch size, the fastest kept."""
+    assert FIRST_TIMINGS == 3
     w = AdaptiveWindow()
     assert w.choose(2) == 0
-    w.observe(2, 0, 3.0, 0.0, [], [])
-    assert w.choose(2) == 0
-    w.observe(2, 0, 1.0, 0.0, [], [])
-    assert w.costs.verify_time(2, 1) == 1.0
+    for seconds in (3.0, 1.25, 1.0):
+        w.observe(2, 0, seconds, 0.0, [], [])
+        assert w.costs.verify_time(2, 1) == min(3.0, seconds)
+        assert w.costs.pace == 1.0  # the first timings are no pace: some pay set-up
     assert w.choose(2) == 1  # then the cheapest window that times the drafter
     w.observe(2, 0, 2.0, 0.0, [], [])  # later passes: a running average at the host's pace
-    pace = 2.0**PACE_WEIGHT  # a width timed twice moves the pace by its ratio
+    pace = 2.0**PACE_WEIGHT  # an established width moves the pace by its ratio
     assert w.costs.pace == pytest.approx(pace)
     assert w.costs.verify_time(2, 1) == pytest.approx(pace * (0.8 * 1.0 + 0.2 * 2.0 / pace))
 
@@ -565,14 +587,16 @@ def test_a_first_look_at_a_modest_drafter_pays_over_a_run_of_requests(a):
     1.00x). Now it looks from the first request on: where the drafter is good the run
     gains, even a one-request run; where it is not, the look costs a run of requests
     little and a single request at most its bounded price (the catch-up, EXPLORE_SHARE of
-    the decoding ahead, and a few k = 1 steps)."""
+    the decoding ahead, and a few k = 1 steps). The one-request gain is 1.8% (2.8% when
+    the plain reference was the faster of two steps, not of FIRST_TIMINGS = 3: the look
+    comes a step later)."""
     fixed0 = lambda: FixedWindow(0)  # noqa: E731
     pair = dict(INT4_PAIR, a=a, ratio=0.32)
     for requests in (1, 4):
         auto = serve_lazy(AdaptiveWindow, requests=requests, **pair)
         plain = serve_lazy(fixed0, requests=requests, **pair)
         if a > 0.9:
-            assert auto >= 1.02 * plain
+            assert auto >= (1.015 if requests == 1 else 1.03) * plain
         elif requests == 1:
             assert auto >= 0.9 * plain
         else:
@@ -702,10 +726,10 @@ def test_a_look_is_priced_per_row_and_later_starts_on_what_was_measured():
 
 
 def _startup_costs(rows, plain_s, prompt, prefill_s, ratio=0.273):
-    """What the window knows before its first speculative step: two plain steps, the
+    """What the window knows before its first speculative step: its first plain steps, the
     target's prefill of `rows` prompts, the draft's weight ratio."""
     costs = CostModel()
-    for _ in range(2):
+    for _ in range(FIRST_TIMINGS):
         costs.observe_verify(rows, 1, plain_s)
     costs.observe_prefill(rows, prompt, rows * prompt, prefill_s)
     costs.draft_ratio = ratio
@@ -754,14 +778,14 @@ def test_startup_prices_the_window_it_will_reach():
 
 
 def test_startup_keeps_its_curve_when_the_batch_shrinks():
-    """8 rows prefilled; one ends early and the window times two plain steps at 7 rows,
+    """8 rows prefilled; one ends early and the window times its plain steps at 7 rows,
     whose own prefill it never timed. The start-up must be priced from the 8-row prefill
     (by total tokens) about as if the 7 rows' prefill had been timed, not from a flat
     curve that makes every window free (which started a catch-up at 0.89x of plain)."""
     rows, plain_s, prompt, prefill_s, left = STARTUPS["8x64"]
     costs = _startup_costs(rows, plain_s, prompt, prefill_s)
     own = _startup_costs(rows - 1, plain_s * 0.95, prompt, prefill_s * (rows - 1) / rows)
-    for _ in range(2):
+    for _ in range(FIRST_TIMINGS):
         costs.observe_verify(rows - 1, 1, plain_s * 0.95)
     for k in (1, 2, 4, 8):
         borrowed = costs.startup_verify_time(rows - 1, k + 1)
@@ -790,11 +814,11 @@ def test_a_refused_start_stands_until_the_next_admission(monkeypatch):
 
 
 def _drafted_once_then_rejected(plain_s=0.022, verify2_s=0.0255):
-    """A batch-1 window as on a chat prompt with the int4 pair (Zen 4): two plain steps, a
+    """A batch-1 window as on a chat prompt with the int4 pair (Zen 4): its plain steps, a
     k = 1 step that kept its draft, a k = 3 step that kept none. Its acceptance estimate
     (1 kept of 2 at the first position) puts k = 1 at 1.0-1.03x plain."""
     window = AdaptiveWindow()
-    for _ in range(2):
+    for _ in range(FIRST_TIMINGS):
         window.observe(1, 0, plain_s, 0.0, [], [])
     window.observe(1, 1, verify2_s, 0.0105, [1], [1], draft_first_s=0.0105)
     window.observe(1, 3, 0.0327, 0.0297, [1, 0, 0], [0, 0, 0], draft_first_s=0.0105)
@@ -823,7 +847,7 @@ def test_a_probe_restarts_a_lazy_draft_when_its_catch_up_is_cheap():
 
     def probe(remaining, catch_up_s=0.100):
         window = AdaptiveWindow(probe_every=4)
-        for _ in range(2):
+        for _ in range(FIRST_TIMINGS):
             window.observe(1, 0, 0.022, 0.0, [], [])
         for _ in range(3):  # a poor stretch: every first draft rejected
             window.observe(1, 1, 0.026, 0.011, [1], [0], draft_first_s=0.011)
@@ -882,8 +906,8 @@ def test_the_window_prices_at_the_hosts_pace(a, slow, monkeypatch):
 def test_a_plain_step_timed_slow_at_the_start_does_not_keep_a_losing_window(monotone, monkeypatch):
     """The int4 pair on chat (2-core EPYC): `auto` timed its first plain steps at 48 and
     35 ms, then drafted at k = 1 with 2-token passes of 25-28 ms, priced against the 35
-    ms it never re-timed but in a probe once in 48 steps. Here the first two plain steps
-    cost 1.4, every later one 1.0, a pass of T tokens 1 + 0.05 (T - 1), a draft token
+    ms it never re-timed but in a probe once in 48 steps. Here the plain steps it times
+    first cost 1.4, every later one 1.0, a pass of T tokens 1 + 0.05 (T - 1), a draft token
     0.35, acceptance 0.3: no window pays (k = 1 runs 0.92x plain). Priced at most at the
     wider pass (`_rising`), `auto` runs 0.994x plain; priced against the stale step, and
     judged by a guard using it, it kept drafting until its probes re-timed the plain
@@ -899,7 +923,9 @@ def test_a_plain_step_timed_slow_at_the_start_does_not_keep_a_losing_window(mono
                 k = w.choose(1)
                 reached, kept = one_step(rng, 0.3, k, done, 512)
                 plain_steps += k == 0
-                verify_s = (1.4 if plain_steps <= 2 else 1.0) if k == 0 else 1 + 0.05 * k
+                verify_s = (
+                    (1.4 if plain_steps <= FIRST_TIMINGS else 1.0) if k == 0 else 1 + 0.05 * k
+                )
                 w.observe(1, k, verify_s, 0.35 * k, reached, kept)
                 total_s += verify_s + 0.35 * k
             tokens += 512

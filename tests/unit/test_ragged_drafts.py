@@ -151,7 +151,9 @@ def test_auto_never_slows_a_batch_whose_longest_rows_get_no_drafts(
     never: the batch ends with the three unlucky rows, so no window shortens it and every
     draft step only costs. Judged by every row (a 4-row pass at a quarter of one row's
     acceptance, which pays on a mean), `auto` kept drafting and the batch took longer than
-    plain decoding; judged by its longest rows, it gives up within a few steps."""
+    plain decoding; judged by its longest rows, it gives up within a few steps. The guard
+    alone, crediting how far each step took the batch (`Engine._progress`), also stops
+    it, later."""
     model = hf_and_native[1]
     n = 48
     outputs = _greedy_outputs(model, tokenizer, n)
@@ -168,7 +170,9 @@ def test_auto_never_slows_a_batch_whose_longest_rows_get_no_drafts(
     assert plain_s / run() >= 0.97
     every_row = lambda self, remaining: torch.ones(len(remaining), dtype=torch.bool)  # noqa: E731
     monkeypatch.setattr(Engine, "_judged_rows", every_row)
-    assert plain_s / run() < 0.95, "the check above must fail when every row is judged"
+    assert plain_s / run() >= 0.97  # the guard, crediting how far the batch went, holds it
+    monkeypatch.setattr(Engine, "_progress", lambda self, *args: None)
+    assert plain_s / run() < 0.95, "the checks above must fail when every row is judged"
 
 
 @pytest.mark.parametrize("lucky", [0, 4])
@@ -181,3 +185,34 @@ def test_n_gram_counts_keep_the_output(hf_and_native, tokenizer, lucky):
     params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
     got = [c.token_ids for c in engine.generate(PROMPTS, params)]
     assert got == [outputs[tuple(p)] for p in PROMPTS]
+
+
+def test_a_batch_job_advances_as_far_as_its_longest_rows_all_go(hf_and_native, tokenizer):
+    """Four rows tied at the most tokens left, one of which keeps its two drafts: its
+    mean over the judged rows reads 1.5 tokens a step, but the batch, which ends with
+    its longest row, went one token (what the guard credits, `progress`). Through `step`
+    (a server: every row on its own) there is no such batch, and no `progress`."""
+    model = hf_and_native[1]
+    outputs = _greedy_outputs(model, tokenizer, 12)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    window = Recording(2)
+    _engine(model, tokenizer, Oracle(outputs, {tuple(PROMPTS[0])}), window).generate(
+        PROMPTS, params
+    )
+    rows, k, drafted_at, accepted_at, kw = window.steps[0]
+    assert kw["judged"] == 4 and drafted_at == [4, 1] and accepted_at == [1, 1]
+    assert kw["progress"] == 1.0
+    # Row 0 is now two ahead: the three others are the batch's longest rows.
+    assert window.steps[1][4]["judged"] == 3 and window.steps[1][4]["progress"] == 1.0
+
+    lucky = {tuple(p) for p in PROMPTS}  # every row keeps both drafts: three tokens
+    window = Recording(2)
+    _engine(model, tokenizer, Oracle(outputs, lucky), window).generate(PROMPTS, params)
+    assert window.steps[0][4]["progress"] == 3.0
+
+    window = Recording(2)
+    engine = _engine(model, tokenizer, Oracle(outputs, {tuple(PROMPTS[0])}), window)
+    for p in PROMPTS:
+        engine.add_request(p, params)
+    engine.step()
+    assert window.steps[0][4]["progress"] is None

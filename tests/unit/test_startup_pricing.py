@@ -11,7 +11,13 @@ import torch
 
 from specdec import engine as engine_module
 from specdec.config import SamplingParams
-from specdec.cost_model import AdaptiveWindow, CostModel, relative_cost, startup_pays
+from specdec.cost_model import (
+    FIRST_TIMINGS,
+    AdaptiveWindow,
+    CostModel,
+    relative_cost,
+    startup_pays,
+)
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.models import kernel_tuning
@@ -63,7 +69,7 @@ TARGET_PLAN = {1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.4, 32: 4.5, 64: 8.8, 256: 
 
 def _cold(target_plan=None, draft_plan=None):
     costs = CostModel()
-    for _ in range(2):
+    for _ in range(FIRST_TIMINGS):
         costs.observe_verify(1, 1, PLAIN)
     costs.observe_prefill(1, PROMPT, PROMPT, PREFILL)
     costs.draft_ratio = RATIO
