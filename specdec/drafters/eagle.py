@@ -282,23 +282,29 @@ class EagleDrafter(DrafterBase):
 
         Only that last entry runs the whole layer: with one layer, an entry's key and
         value depend on its input alone, so the earlier entries of a catch-up need only
-        their keys and values (3 of the layer's ~50M weights per entry for the 1.5B)."""
+        their keys and values (3 of the layer's ~50M weights per entry for the 1.5B), and
+        only the last one's query (`EagleHead.kv`)."""
         head = self.head
         B, T, _ = x.shape
         offsets = torch.arange(T)
         positions = start[:, None] + offsets  # [B, T]
         valid = offsets[None, :] < counts[:, None]
-        q, k, v = head.qkv(x, positions.to(x.device))  # [B, H, T, D], [B, Hkv, T, D] x 2
+        last = counts - 1  # [B]: each row's last new entry
+        at = torch.arange(B), last.to(x.device)
+        if T == 1:
+            q, k, v = head.qkv(x, positions.to(x.device))  # [B, H, 1, D], [B, Hkv, 1, D] x 2
+        else:
+            k, v = head.kv(x, positions.to(x.device))  # [B, Hkv, T, D] x 2
+            newest = positions[torch.arange(B), last][:, None].to(x.device)  # [B, 1]
+            q = head.qkv(x[at][:, None], newest)[0]  # [B, H, 1, D]
         rows, cols = valid.nonzero(as_tuple=True)
         slots = positions[rows, cols]
         self.k[rows, :, slots] = k.transpose(1, 2)[rows, cols]
         self.v[rows, :, slots] = v.transpose(1, 2)[rows, cols]
-        last = counts - 1  # [B]: each row's last new entry
         span = int((start + counts).max())
         mask = torch.arange(span)[None, :] <= (start + last)[:, None]  # [B, span]
-        at = torch.arange(B), last.to(x.device)
         out = head.attend(
-            q[at[0], :, at[1]][:, :, None],  # [B, H, 1, D]
+            q,  # [B, H, 1, D]: each row's last entry's
             self.k[:B, :, :span],
             self.v[:B, :, :span],
             mask=mask[:, None, None].to(x.device),
