@@ -540,7 +540,7 @@ class Engine:
         The mean over the longest rows overstates it: rows tied there move the batch on
         only as far as the one that kept the fewest drafts. At issue 13's floor point
         (4 x 1024 tokens, int4, the eagle head at k = 1) the longest rows' mean read 1.5
-        tokens a step where the batch went 1.39, and a guard crediting 1.5 let `auto`
+        tokens a step where the batch went 1.41, and a guard crediting 1.5 let `auto`
         draft at 0.95x plain."""
         if self.waiting or not self._one_job:
             return None
