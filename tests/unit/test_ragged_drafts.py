@@ -105,8 +105,9 @@ def test_a_row_without_a_draft_counts_as_a_rejection(hf_and_native, tokenizer):
 
 
 def test_a_batch_job_is_judged_by_its_longest_rows(hf_and_native, tokenizer):
-    """Inside `generate`, with nothing waiting, only the rows with the most tokens left
-    are counted: the caller waits for them. Through `step` (a server) every row is."""
+    """Inside `generate`, with nothing waiting, the batch counts as one row, as far as
+    the rows with the most tokens left all went: the caller waits for them. While
+    requests wait, or through `step` (a server), every row counts."""
     model = hf_and_native[1]
     outputs = _greedy_outputs(model, tokenizer, 12)
     lengths = [12, 6, 12, 6]
@@ -114,8 +115,8 @@ def test_a_batch_job_is_judged_by_its_longest_rows(hf_and_native, tokenizer):
 
     window = Recording(2)
     _engine(model, tokenizer, Oracle(outputs, set()), window).generate(PROMPTS, params)
-    assert window.steps[0][4]["judged"] == 2  # rows 0 and 2 have the most left
-    assert window.steps[0][2] == [2, 0]
+    assert window.steps[0][4]["judged"] == 1  # the batch: rows 0 and 2 have the most left
+    assert window.steps[0][2:4] == ([1, 0], [0, 0])  # it tested a first draft, kept none
 
     window = Recording(2)
     engine = _engine(model, tokenizer, Oracle(outputs, set()), window, max_batch=2)
@@ -188,10 +189,11 @@ def test_n_gram_counts_keep_the_output(hf_and_native, tokenizer, lucky):
 
 
 def test_a_batch_job_advances_as_far_as_its_longest_rows_all_go(hf_and_native, tokenizer):
-    """Four rows tied at the most tokens left, one of which keeps its two drafts: its
-    mean over the judged rows reads 1.5 tokens a step, but the batch, which ends with
-    its longest row, went one token (what the guard credits, `progress`). Through `step`
-    (a server: every row on its own) there is no such batch, and no `progress`."""
+    """Four rows tied at the most tokens left, one of which keeps its two drafts: their
+    mean reads 1.5 tokens a step, but the batch, which ends with its longest row, went
+    one token (what the guard credits, `progress`, and what the window's acceptance
+    counts). Through `step` (a server: every row on its own) there is no such batch,
+    and no `progress`."""
     model = hf_and_native[1]
     outputs = _greedy_outputs(model, tokenizer, 12)
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -200,15 +202,16 @@ def test_a_batch_job_advances_as_far_as_its_longest_rows_all_go(hf_and_native, t
         PROMPTS, params
     )
     rows, k, drafted_at, accepted_at, kw = window.steps[0]
-    assert kw["judged"] == 4 and drafted_at == [4, 1] and accepted_at == [1, 1]
-    assert kw["progress"] == 1.0
+    assert kw["progress"] == 1.0 and kw["judged"] == 1  # the batch, counted as one row
+    assert drafted_at == [1, 0] and accepted_at == [0, 0]  # its first draft: rejected
     # Row 0 is now two ahead: the three others are the batch's longest rows.
-    assert window.steps[1][4]["judged"] == 3 and window.steps[1][4]["progress"] == 1.0
+    assert window.steps[1][4]["progress"] == 1.0
 
     lucky = {tuple(p) for p in PROMPTS}  # every row keeps both drafts: three tokens
     window = Recording(2)
     _engine(model, tokenizer, Oracle(outputs, lucky), window).generate(PROMPTS, params)
     assert window.steps[0][4]["progress"] == 3.0
+    assert window.steps[0][2:4] == ([1, 1], [1, 1])
 
     window = Recording(2)
     engine = _engine(model, tokenizer, Oracle(outputs, {tuple(PROMPTS[0])}), window)
