@@ -5,7 +5,7 @@ turn. Logs, per `heads-auto` run, each step's window, verify width and ms, kept 
 and what `auto` priced then: the plain step and the k = 1 pass it had, its acceptance at
 the first position, and the best window's predicted speedup.
 
-    python heads_floor_trace.py HEADS [TURNS]
+    python heads_floor_trace.py HEADS [TURNS] [-v] [--len 1024]
 """
 
 import statistics
@@ -19,6 +19,7 @@ from specdec.cost_model import predict_speedup
 HEADS = sys.argv[1]
 TURNS = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 VERBOSE = "-v" in sys.argv
+LENGTH = int(sys.argv[sys.argv.index("--len") + 1]) if "--len" in sys.argv else 1024
 
 runner = Runner(
     "qwen2.5-coder-1.5b-instruct",
@@ -34,7 +35,7 @@ runner = Runner(
 
 
 def point(method: str) -> Point:
-    return Point("synthetic", 1024, 4, 0.0, method)
+    return Point("synthetic", LENGTH, 4, 0.0, method)
 
 
 prompts = runner.prompts(point("plain"))
