@@ -419,7 +419,7 @@ class Engine:
         B, device = len(live), self.model.device
         params = [s.params for s in live]
         generators = [s.generator for s in live]
-        remaining = [s.params.max_tokens - len(s.output_ids) for s in live]  # [B] tokens left
+        remaining = [_tokens_left(s) for s in live]  # [B]
         # A row's own window: never verify drafts past its max_tokens, none if it opted out.
         cap = torch.tensor(  # [B]
             [r - 1 if s.params.speculate else 0 for s, r in zip(live, remaining, strict=True)]
@@ -528,9 +528,8 @@ class Engine:
         preset's batch-4 code point at T = 1: the n-gram drafter's matches fell on the
         rows that finished first, `auto` ran as many steps as plain decoding with half of
         them dearer (0.93x plain), judged by every row's acceptance."""
-        counted = torch.ones(len(remaining), dtype=torch.bool)
-        if self.waiting or not self._one_job:
-            return counted
+        if not self._batch_job:
+            return torch.ones(len(remaining), dtype=torch.bool)
         longest = max(remaining)
         return torch.tensor([r == longest for r in remaining])
 
@@ -546,10 +545,16 @@ class Engine:
         (4 x 1024 tokens, int4, the eagle head at k = 1) the longest rows' mean read 1.5
         tokens a step where the batch went 1.41, and a guard crediting 1.5 let `auto`
         draft at 0.95x plain."""
-        if self.waiting or not self._one_job:
+        if not self._batch_job:
             return None
-        left = [0 if s.finished else s.params.max_tokens - len(s.output_ids) for s in live]
+        left = [0 if s.finished else _tokens_left(s) for s in live]
         return float(min(most, max(remaining) - max(left, default=0)))
+
+    @property
+    def _batch_job(self) -> bool:
+        """Inside `generate` with no request waiting: the caller waits for the batch as
+        a whole, so it is done when its longest row is."""
+        return self._one_job and not self.waiting
 
     def _verify_chain(self, live, cache, draft, params, generators):
         """k+1 positions per row in one pass; returns the verdict and the kept positions'
@@ -700,6 +705,11 @@ def _conditional_counts(
     reached = (accepted[:, None] >= positions) & (positions < limit[:, None])
     kept = accepted[:, None] > positions
     return reached.sum(0).tolist(), kept.sum(0).tolist()
+
+
+def _tokens_left(seq: LiveSequence) -> int:
+    """The most tokens `seq` may still generate."""
+    return seq.params.max_tokens - len(seq.output_ids)
 
 
 def _batch_counts(kept: int, asked: int) -> tuple[list[int], list[int]]:
