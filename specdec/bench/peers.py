@@ -90,8 +90,19 @@ def llamacpp_amx_problem(system_info: str, cpu_flags: set[str]) -> str | None:
 
 def llamacpp_model(gguf: Path, context: int):
     """llama.cpp's model on the GGUF file the registry model was converted from, loaded
-    once per run of the bench (outside the timed runs, as our models are)."""
-    import llama_cpp
+    once per run of the bench (outside the timed runs, as our models are).
+
+    A package that is installed but cannot be imported is a RuntimeError the bench
+    reports as the point's reason: built with `pip install --no-deps`, llama-cpp-python
+    0.3.36 lacks `diskcache` and `jinja2`, and that import error took the whole bench
+    with it (Zen 3, stop 44)."""
+    try:
+        import llama_cpp
+    except ImportError as err:
+        raise RuntimeError(
+            f"llama-cpp-python is installed but does not import ({err}); install its "
+            "dependencies: pip install llama-cpp-python==0.3.36 (without --no-deps)"
+        ) from err
 
     from specdec.models.kernel_tuning import cpu_info
 

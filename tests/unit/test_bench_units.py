@@ -438,3 +438,20 @@ def test_a_run_frees_its_engine_before_the_next_run_starts(monkeypatch):
     with pytest.raises(StopIteration) as done:
         next(run)
     assert done.value.value[0] == [[1]] * 4
+
+
+def test_a_llamacpp_install_that_does_not_import_is_a_reason_not_a_crash(monkeypatch, tmp_path):
+    import builtins
+
+    from specdec.bench.peers import llamacpp_model
+
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name == "llama_cpp":
+            raise ModuleNotFoundError("No module named 'diskcache'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
+    with pytest.raises(RuntimeError, match="does not import .*diskcache.*without --no-deps"):
+        llamacpp_model(tmp_path / "model.gguf", 256)
