@@ -288,12 +288,36 @@ def _measure(
 ) -> None:
     """Measure `todo` into `store`. Under tensor parallelism every rank runs this loop
     alike (the runner hands out rank 0's rows and costs); only rank 0 shows progress."""
-    from specdec.bench.runner import Runner
-
     if leader:
         message = f"specdec bench: {len(todo)} points to measure into {store.dir}"
         tqdm.write(message, file=sys.stderr)
-    runner = Runner(
+    runner = _runner(preset, args)
+    try:
+        _measure_points(todo, store, preset, args, extra, leader, runner)
+    finally:
+        runner.close()
+
+
+def runner_for(*words: str):
+    """The `Runner` that `specdec bench WORDS` measures with: the same engines, prompts and
+    sampling, for a script that times a point its own way (a trace, an A/B of many
+    turns), so it reproduces the bench from the bench's own flags instead of restating
+    the runner's arguments:
+
+        runner = runner_for("--quant", "int4", "--max-tokens", "64")
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="specdec")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", *words])
+    return _runner(_preset(args), args)
+
+
+def _runner(preset, args):
+    from specdec.bench.runner import Runner
+
+    return Runner(
         preset.model,
         preset.draft,
         args.dtype,
@@ -316,10 +340,6 @@ def _measure(
         vllm_python=args.vllm_python,
         prefix_cache_tokens=args.prefix_cache,
     )
-    try:
-        _measure_points(todo, store, preset, args, extra, leader, runner)
-    finally:
-        runner.close()
 
 
 def _measure_points(todo, store, preset, args, extra: dict, leader: bool, runner) -> None:

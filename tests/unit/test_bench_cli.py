@@ -276,3 +276,29 @@ def test_warm_auto_runs_start_from_the_previous_run(model_dir, tmp_path, monkeyp
     summary = (out / "summary.md").read_text()
     assert "`auto` at or above 0.97x plain decoding (tokens/s" in summary
     assert "all 2 points" in summary or "of 2 points" in summary  # both auto rows judged
+
+
+def test_a_script_gets_the_runner_the_bench_measures_with(model_dir, bench_out):
+    from specdec.bench.cli import runner_for
+    from specdec.bench.plan import Point
+
+    runner = runner_for(
+        "--model", str(model_dir),
+        "--draft", str(model_dir),
+        "--dtype", "fp32",
+        "--draft-quant", "none",
+        "--synthetic-source", "code",
+        "--max-tokens", "6",
+        "--prompts-per-point", "2",
+    )  # fmt: skip
+    try:
+        assert (runner.max_tokens, runner.prompts_per_point, runner.k_max) == (6, 2, 8)
+        # The same prompts and greedy tokens as the bench's plain point of that group.
+        point = Point("synthetic", 24, 1, 0.0, "plain")
+        prompts = runner.prompts(point)
+        outs = runner._engine(point).generate(prompts, runner.params(point, len(prompts)))
+        rows = json.loads((bench_out / "results.json").read_text())["rows"]
+        plain = next(r for r in rows if r["key"] == point.key)
+        assert [o.token_ids for o in outs] == plain["token_ids"]
+    finally:
+        runner.close()
