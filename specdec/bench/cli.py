@@ -24,12 +24,16 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
 from specdec.bench.plan import PRESETS, Point, build_points, is_peer, override, vllm_draft_k
 from specdec.bench.results import ResultStore
 from specdec.errors import InvalidParameterError, SpecdecError
+
+if TYPE_CHECKING:
+    from specdec.bench.runner import Runner
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -298,11 +302,11 @@ def _measure(
         runner.close()
 
 
-def runner_for(*words: str):
+def runner_for(*words: str) -> Runner:
     """The `Runner` that `specdec bench WORDS` measures with: the same engines, prompts and
     sampling, for a script that times a point its own way (a trace, an A/B of many
     turns), so it reproduces the bench from the bench's own flags instead of restating
-    the runner's arguments:
+    the runner's arguments. One process: under `--tp` use the bench itself.
 
         runner = runner_for("--quant", "int4", "--max-tokens", "64")
     """
@@ -314,7 +318,7 @@ def runner_for(*words: str):
     return _runner(_preset(args), args)
 
 
-def _runner(preset, args):
+def _runner(preset, args) -> Runner:
     from specdec.bench.runner import Runner
 
     return Runner(
