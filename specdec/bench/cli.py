@@ -310,11 +310,9 @@ def runner_for(*words: str) -> Runner:
 
         runner = runner_for("--quant", "int4", "--max-tokens", "64")
     """
-    import argparse
+    from specdec.cli import build_parser  # imports this module: not at the top
 
-    parser = argparse.ArgumentParser(prog="specdec")
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["bench", *words])
+    args = build_parser().parse_args(["bench", *words])
     return _runner(_preset(args), args)
 
 
