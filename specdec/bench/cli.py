@@ -7,7 +7,9 @@
 
 Every flag that names a sweep (workloads, lengths, batches, temperatures, methods)
 overrides the preset, so a long run can be done in slices into one folder: points already
-in its results.json are skipped, results are written after every point.
+in its results.json are skipped, results are written after every group of points, and a
+group's finished turns after every turn (`turn_log`): a stopped group resumes at its next
+turn.
 
 Under `--tp N` every rank runs the same sweep in lockstep (the forward passes are
 collective); rank 0 alone reads and writes the folder and shows progress, and hands the
@@ -348,6 +350,7 @@ def _measure_points(todo, store, preset, args, extra: dict, leader: bool, runner
     """Each point into `store`, its costs first where a window needs them."""
     from specdec.bench import analysis
     from specdec.bench.runner import Skip, skipped_row
+    from specdec.bench.turn_log import TurnLog
 
     for point in _missing_costs(store):  # points measured before their costs were
         store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)
@@ -364,7 +367,11 @@ def _measure_points(todo, store, preset, args, extra: dict, leader: bool, runner
         for point in points:  # a window's costs are measured before the runs
             if point.window is not None and point.cost_key not in store.costs:
                 store.costs[point.cost_key] = runner.costs(point, preset.curve_ks)
-        for point, result in zip(points, runner.measure_group(points), strict=True):
+                store.save(extra)  # a resumed group's later turns run on the same costs
+        # Its finished turns survive a stop; not under --tp, where rank 0 alone reads the
+        # folder and every rank must run the same turns.
+        turn_log = TurnLog(store.dir, group, [p.method for p in points]) if args.tp == 1 else None
+        for point, result in zip(points, runner.measure_group(points, turn_log), strict=True):
             if isinstance(result, (Skip, SpecdecError)):
                 result = skipped_row(point, str(result), args.tp)
             store.add(result)
@@ -372,6 +379,8 @@ def _measure_points(todo, store, preset, args, extra: dict, leader: bool, runner
                 bar.write(_one_line(result), file=sys.stderr)
         analysis.derive(list(store.rows.values()), store.costs, args.k_max, args.price_per_hour)
         store.save(extra)
+        if turn_log is not None:
+            turn_log.clear()
         bar.update(len(points))
     bar.close()
 

@@ -41,6 +41,7 @@ import torch
 from specdec.bench import peers, workloads
 from specdec.bench.costs import measure_costs
 from specdec.bench.plan import Point, is_peer, vllm_draft_k
+from specdec.bench.turn_log import TurnLog, Turns
 from specdec.config import SamplingParams
 from specdec.cost_model import CostModel
 from specdec.distributed import shared_window
@@ -241,7 +242,9 @@ class Runner:
 
     # ------------------------------------------------------------------ measuring
 
-    def measure_group(self, points: list[Point]) -> list[dict | Exception]:
+    def measure_group(
+        self, points: list[Point], turn_log: TurnLog | None = None
+    ) -> list[dict | Exception]:
         """Points that differ only in the method, measured in turns, round by round: the
         first round (batch of requests) of every method's first run, then every method's
         second round, and so on, each round starting one method later; then the second
@@ -261,6 +264,10 @@ class Runner:
         of the same turn. vLLM keeps one process per draft setting, so its points run on
         their own, back to back. Returns each point's row, or the error that kept it from
         being measured.
+
+        With a `turn_log`, each finished turn's runs are saved there, and the turns it
+        already holds are taken instead of run again: a stopped group resumes at its next
+        turn (the caller clears the log once the rows are stored).
         """
         results: dict[Point, dict | Exception] = {}
         trials = []
@@ -275,7 +282,16 @@ class Runner:
             else:
                 results[point] = self._back_to_back(trial)
         turns = time.strftime("%Y-%m-%dT%H:%M:%S") if len(trials) > 1 else None
-        for i in range(self.repeats):
+        first = 0
+        saved = turn_log.load() if turn_log is not None else None
+        if saved is not None:
+            first, turns = min(saved.done, self.repeats), saved.started
+            self._carried.update(saved.carried)
+            for trial in trials:
+                trial.runs = saved.runs.get(trial.point.key, [])[:first]
+                if trial.point.key in saved.errors:
+                    results[trial.point] = SpecdecError(saved.errors[trial.point.key])
+        for i in range(first, self.repeats):
             runs = {trial.point: _Timing(trial.rounds()) for trial in trials}
             going = [trial for trial in trials if trial.point not in results]
             for r in itertools.count():
@@ -291,10 +307,24 @@ class Runner:
                     except SpecdecError as err:
                         results[trial.point] = err
                         going.remove(trial)
+            if turn_log is not None:
+                turn_log.save(self._turns(trials, results, i + 1, turns))
         for trial in trials:
             if trial.point not in results:
                 results[trial.point] = self.finish(trial, turns)
         return [results[p] for p in points]
+
+    def _turns(self, trials: list[Trial], results: dict, done: int, started: str | None) -> Turns:
+        """What `done` finished turns of `trials` leave for a resumed group."""
+        failed = {t.point.key: str(results[t.point]) for t in trials if t.point in results}
+        keys = [t.point.key for t in trials]
+        return Turns(
+            done=done,
+            started=started,
+            runs={t.point.key: t.runs for t in trials if t.point.key not in failed},
+            errors=failed,
+            carried={key: self._carried[key] for key in keys if key in self._carried},
+        )
 
     def _back_to_back(self, trial: Trial) -> dict | Exception:
         """`repeats` runs of one point in a row: its row, or the error that stopped it."""

@@ -60,6 +60,7 @@ def bench_out(model_dir, tmp_path_factory):
 def test_files_and_fields(bench_out):
     for name in ("results.json", "results.csv", "summary.md", *PLOTS):
         assert (bench_out / name).is_file(), name
+    assert not any((bench_out / "turns").glob("*")), "a finished group leaves no turn log"
     data = json.loads((bench_out / "results.json").read_text())
     assert data["config"]["model"].endswith("tiny-bench0") or data["config"]["model"]
     assert "logical CPUs" in data["machine"] and data["command"].startswith("specdec bench")

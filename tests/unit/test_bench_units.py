@@ -302,6 +302,57 @@ def test_runs_in_turns_alternate_round_by_round(monkeypatch):
     assert all(r["generated_tokens"] == 6 and len(r["runs_tokens_per_s"]) == 3 for r in results)
 
 
+def test_a_group_stopped_between_turns_resumes_at_its_next_turn(monkeypatch, tmp_path):
+    """Each finished turn is saved; a sweep stopped in the third turn takes the first two
+    from the log and runs only the third, with the first turns' runs and stamp kept as
+    measured (stats included), and a log of other methods is not taken."""
+    from specdec.bench import runner as bench_runner
+    from specdec.bench.turn_log import TurnLog
+    from specdec.metrics import SpecStats
+
+    methods = ("plain", "draft-auto", "draft-k2")
+    points = [Point("code", None, 1, 0.0, m) for m in methods]
+    order = []
+    runner = _turn_runner(monkeypatch, 1, order)
+    runner._carried = {}
+    start = bench_runner.Runner.start
+
+    def stopping_start(self, point):
+        trial = start(self, point)
+        inner = trial.rounds
+
+        def rounds():
+            if len(order) == 6:  # the third turn's first round: the session ends here
+                raise KeyboardInterrupt
+            stats = yield from inner()
+            return stats[0], [SpecStats(generated=3, steps=len(order))], 0.5
+
+        trial.rounds = rounds
+        return trial
+
+    monkeypatch.setattr(bench_runner.Runner, "start", stopping_start)
+    log = TurnLog(tmp_path, points[0].group, list(methods))
+    with pytest.raises(KeyboardInterrupt):
+        runner.measure_group(points, log)
+    saved = log.load()
+    assert saved.done == 2 and set(saved.runs) == {p.key for p in points}
+    first_turns = {key: runs for key, runs in saved.runs.items()}
+
+    order.clear()
+    order.extend([None] * 7)  # past the stop
+    results = runner.measure_group(points, log)
+    assert [m for m, _ in order[7:]] == ["draft-auto", "draft-k2", "plain"]  # the third turn only
+    assert all(len(r["runs_tokens_per_s"]) == 3 for r in results)
+    assert len({r["turns"] for r in results}) == 1 and results[0]["turns"] == saved.started
+    again = TurnLog(tmp_path, points[0].group, list(methods))
+    assert again.load().done == 3
+    for key, runs in first_turns.items():
+        assert again.load().runs[key][:2] == runs  # SpecStats back as SpecStats
+    assert TurnLog(tmp_path, points[0].group, ["plain", "draft-auto"]).load() is None
+    again.clear()
+    assert again.load() is None
+
+
 # ----------------------------------------------------------------------------- plan
 
 
