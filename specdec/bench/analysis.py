@@ -20,6 +20,9 @@ Two speedups over plain decoding of the same group:
   step that speculates), so it is timed in the decode phase, not in `prefill_s`.
 - `cpu_speedup`: end to end in this process's CPU seconds; on a shared machine with
   `--threads 1` it is what wall time would show on a quiet one.
+- `paired_cpu_speedup`: the same per turn, as `paired_speedup` (stop 45: at 1024 x 4 the
+  median runs, taken from different turns, read 0.91x where the wall-time turns spread
+  0.88-1.12x).
 
 Predictions come from `specdec.cost_model` with costs measured at the point's batch size
 and context (`costs.py`) and the acceptance per position the point measured:
@@ -63,6 +66,7 @@ def derive(rows: list[dict], costs: dict, k_max: int, price_per_hour: float | No
         row["cpu_speedup"] = _ratio(
             row.get("cpu_tokens_per_s"), base and base.get("cpu_tokens_per_s")
         )
+        row["paired_cpu_speedup"] = _paired(row, base, "runs_cpu_tokens_per_s")
         row["cost_per_million_tokens"] = (
             round(price_per_hour / 3600 / row["tokens_per_s"] * 1e6, 4)
             if price_per_hour and row["tokens_per_s"] > 0

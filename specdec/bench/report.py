@@ -138,17 +138,23 @@ def _is_auto(row: dict) -> bool:
     return row.get("window", "auto" if row["method"].endswith("-auto") else None) == "auto"
 
 
+# The per-turn figure a floor check prefers where the methods took turns.
+PAIRED = {"speedup": "paired_speedup", "cpu_speedup": "paired_cpu_speedup"}
+
+
 def _floor_check(rows: list[dict], field: str, what: str) -> str:
-    """`auto` against the floor on `field`; on tokens/s, per turn where methods took
-    turns (`paired_speedup`: drift on a shared CPU cancels within a turn)."""
+    """`auto` against the floor on `field`; on tokens/s and tokens per CPU second, per
+    turn where methods took turns (`paired_speedup`, `paired_cpu_speedup`: drift on a
+    shared CPU cancels within a turn)."""
+    paired_field = PAIRED.get(field)
 
     def value(r: dict) -> float | None:
-        paired = r.get("paired_speedup") if field == "speedup" else None
+        paired = r.get(paired_field) if paired_field else None
         return paired if paired is not None else r.get(field)
 
     auto = [r for r in rows if _is_auto(r) and value(r) is not None]
     slow = [r for r in auto if value(r) < AUTO_FLOOR]
-    paired = sum(field == "speedup" and r.get("paired_speedup") is not None for r in auto)
+    paired = sum(paired_field is not None and r.get(paired_field) is not None for r in auto)
     how = f"; {paired} of {len(auto)} as medians of per-turn ratios" if paired else ""
     verdict = (
         f"**yes** at all {len(auto)} points"

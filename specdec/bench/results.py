@@ -42,6 +42,7 @@ CSV_COLUMNS = (
     "decode_speedup",
     "paired_decode_speedup",
     "cpu_speedup",
+    "paired_cpu_speedup",
     "predicted_speedup",
     "predicted_from_tokens_per_pass",
     "predicted_best_k",

@@ -402,6 +402,10 @@ class Runner:
         counted = self.tp == 1 and vllm_draft_k(point.method) is None
         row["cpu_s"] = round(cpu, 4) if counted else None
         row["cpu_tokens_per_s"] = round(generated / cpu, 4) if cpu > 0 and counted else None
+        if counted:  # every run's, so the CPU-time ratio pairs runs of a turn as wall time does
+            row["runs_cpu_tokens_per_s"] = [
+                round(generated / r[1], 3) if r[1] > 0 else None for r in runs
+            ]
         # Other processes' load while it ran (1-minute average, all CPUs): a point measured
         # under load above the core count shares its CPUs and is slower than it should be.
         row["load_1m"] = round(os.getloadavg()[0], 2)

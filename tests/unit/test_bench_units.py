@@ -169,6 +169,27 @@ def test_paired_speedup_pairs_runs_of_the_same_turns_and_the_floor_check_uses_it
         assert rows[1]["paired_speedup"] is None and "**no**" in checks(rows)[0]
 
 
+def test_the_cpu_time_floor_check_pairs_runs_of_the_same_turns():
+    """In CPU time too: the median runs come from different turns and read 0.90x, while in
+    every turn auto used 0.99x plain's CPU per token; the CPU line judges the per-turn
+    figure, and falls back to the median runs' where the rows took no common turns."""
+    from specdec.bench.report import checks
+
+    plain = _row("plain", None, 10.0) | {"turns": "t1", "cpu_tokens_per_s": 10.0}
+    auto = _row("draft-auto", "auto", 9.9) | {"turns": "t1", "cpu_tokens_per_s": 9.0}
+    plain["runs_cpu_tokens_per_s"] = [10.0, 8.0, 10.0]
+    auto["runs_cpu_tokens_per_s"] = [9.9, 7.92, 9.9]
+    rows = [plain, auto]
+    derive(rows, {}, k_max=4, price_per_hour=None)
+    assert auto["cpu_speedup"] == 0.9 and auto["paired_cpu_speedup"] == pytest.approx(0.99)
+    cpu_line = next(line for line in checks(rows) if "CPU second" in line)
+    assert "**yes**" in cpu_line and "per-turn" in cpu_line
+    rows = [plain, auto | {"turns": "t0"}]
+    derive(rows, {}, k_max=4, price_per_hour=None)
+    assert rows[1]["paired_cpu_speedup"] is None
+    assert "**no**" in next(line for line in checks(rows) if "CPU second" in line)
+
+
 def test_paired_decode_speedup_leaves_out_the_prefills_spread():
     """A long prompt: each run is 10 s of prefill (the same work for every method) and 5 s
     of decode. In two turns of three plain's prefill happened to take 8 s and auto's 12 s:
@@ -215,6 +236,7 @@ def test_finish_keeps_every_runs_decode_rate():
     row = runner.finish(trial)
     assert row["runs_tokens_per_s"] == [4.0, 3.0, 6.0]
     assert row["runs_decode_tokens_per_s"] == [5.0, 10.0, 10.0]
+    assert row["runs_cpu_tokens_per_s"] == [4.0, 3.0, 6.0]  # CPU s = wall s here
 
 
 def _turn_runner(monkeypatch, rounds_per_run: int, order: list, repeats: int = 3):
