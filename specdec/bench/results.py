@@ -124,8 +124,8 @@ class ResultStore:
         self.dir.mkdir(parents=True, exist_ok=True)
         data = {"config": self.config, **(extra or {}), "costs": self.costs}
         data["rows"] = list(self.rows.values())
-        _write_atomic(self.path, json.dumps(data, indent=1))
-        _write_atomic(self.dir / "results.csv", _csv(data["rows"]))
+        write_atomic(self.path, json.dumps(data, indent=1))
+        write_atomic(self.dir / "results.csv", _csv(data["rows"]))
 
 
 def _diff(old: dict, new: dict) -> str:
@@ -150,7 +150,9 @@ def _csv(rows: list[dict]) -> str:
     return buffer.getvalue()
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary file renamed into place: a process killed
+    mid-write leaves the previous file whole."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from specdec.bench.results import write_atomic
 from specdec.metrics import SpecStats
 
 log = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ class TurnLog:
         return turns
 
     def save(self, turns: Turns) -> None:
-        """Write `turns` in place of the last (a temporary file renamed: a process killed
-        mid-write leaves the previous turns whole)."""
+        """Write `turns` in place of the last (atomically: a process killed mid-write
+        leaves the previous turns whole)."""
         data = {
             "methods": self.methods,
             "done": turns.done,
@@ -83,9 +83,7 @@ class TurnLog:
             "carried": turns.carried,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(data))
 
     def clear(self) -> None:
         """Remove the file: the group's rows are written."""

@@ -358,7 +358,7 @@ def test_a_group_stopped_between_turns_resumes_at_its_next_turn(monkeypatch, tmp
         runner.measure_group(points, log)
     saved = log.load()
     assert saved.done == 2 and set(saved.runs) == {p.key for p in points}
-    first_turns = {key: runs for key, runs in saved.runs.items()}
+    first_turns = saved.runs
 
     order.clear()
     order.extend([None] * 7)  # past the stop
