@@ -129,8 +129,9 @@ def test_q4_quantize_keeps_zero_groups_and_zero_activations_finite():
 def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypatch):
     """The native int4 kernel (built on first use where AVX2 + FMA exist) against its
     float64 PyTorch reference, for 1..9, 12 and 16 rows (one pass over the weights up to 8
-    rows, even passes past that), and row by row equal to a one-row call: a decode step and
-    a verify pass through it compute the same numbers."""
+    rows, even passes past that) and for a prefill's rows in several row blocks, and row by
+    row equal to a one-row call: a decode step and a verify pass through it compute the
+    same numbers."""
     monkeypatch.setenv("SPECDEC_NATIVE", "1")
     native.q4_gemv.cache_clear()
     try:
@@ -142,7 +143,8 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
         torch.manual_seed(0)
         for k in (64, 576, 1536):
             q4 = q4_quantize(torch.randn(24, k) * 0.05)
-            for rows in [*range(1, 10), 12, 16]:
+            block = _block_rows(k)  # two whole row blocks and a part of one
+            for rows in [*range(1, 10), 12, 16, *([2 * block + 13] if k == 1536 else [])]:
                 x = torch.randn(rows, k)
                 x[0, :32] = 0  # a zero group and, below, a zero row
                 if rows > 1:
@@ -175,6 +177,11 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
         native.q4_gemv.cache_clear()
 
 
+def _block_rows(k: int) -> int:
+    """Rows of one of the native kernel's row blocks at width k (q4_kernel.h `block_rows`)."""
+    return max(8, native._loaded["q4_gemv"].BLOCK_BYTES // k // 8 * 8)
+
+
 @pytest.fixture
 def tile_kernels(monkeypatch):
     """The native int4 kernel and its tile layout builder, the native build on for the test
@@ -194,7 +201,8 @@ def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(tile
     a third of the instructions per extra row of a verify pass). The tile path sums each
     super-block's exact integers into two fused multiply-adds, so it is held to the float64
     reference as tightly as the row layout, and row by row equal to one-row calls (a decode
-    step and a verify pass agree bitwise), for 1..9, 12 and 16 rows, with a bias and with
+    step and a verify pass agree bitwise), for 1..9, 12, 16 and a prefill's rows in several
+    row blocks, with a bias and with
     super-blocks cut short (K = 576, 896); `Int4Linear` builds its tiles where the shape
     allows (N % 16 == 0) and runs them."""
     op, tiles = tile_kernels
@@ -206,7 +214,8 @@ def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(tile
         q4 = q4_quantize(torch.randn(n, k) * 0.05)
         laid = tiles(*q4.tensors())
         bias = torch.randn(n)
-        for rows in [*range(1, 10), 12, 16]:
+        block = _block_rows(k)  # two whole row blocks and a part of one, as above
+        for rows in [*range(1, 10), 12, 16, *([2 * block + 13] if k == 1536 else [])]:
             x = torch.randn(rows, k)
             x[0, :32] = 0  # a zero group and, below, a zero row
             if rows > 1:
