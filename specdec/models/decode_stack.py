@@ -13,8 +13,10 @@ When it runs: the model is on the CPU, every projection of every layer is a
 is available, and for the step's bucket of rows the stack was timed faster than the eager
 layers on this machine (`tune_stack`: whole passes, both ways). Without that timing, where
 the layers' own plan runs the step through the native kernel (`q4_native` or
-`native_bf16`; without a plan, int4 steps of up to `PACKED_MAX_ROWS` rows). Prefills and
-everything else take the eager layers. `SPECDEC_FUSED=0` turns it off (for comparisons).
+`native_bf16`; without a plan, int4 steps of up to `PACKED_MAX_ROWS` rows). That takes in
+prefills too where the plan gives a prefill's rows to the native kernel (the int4 1.5B on a
+Zen 3: its products run in row blocks, its attention skips the keys a causal mask hides);
+everything else takes the eager layers. `SPECDEC_FUSED=0` turns it off (for comparisons).
 
 Why whole passes: each projection's plan is the kernel fastest for that projection alone,
 which leaves out the ~40 ops per layer the stack saves. On the 2-core EPYC the oneDNN
