@@ -178,8 +178,10 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
 
 
 def _block_rows(k: int) -> int:
-    """Rows of one of the native kernel's row blocks at width k (q4_kernel.h `block_rows`)."""
-    return max(8, native._loaded["q4_gemv"].BLOCK_BYTES // k // 8 * 8)
+    """Rows of one of the native kernel's row blocks of a long product at width k."""
+    block = native._loaded["q4_gemv"].block_rows(1 << 20, k)
+    assert native._loaded["q4_gemv"].block_rows(9, k) == 9  # a verify pass: one block
+    return block
 
 
 @pytest.fixture

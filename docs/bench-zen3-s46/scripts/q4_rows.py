@@ -14,7 +14,7 @@ f = native.q4_gemv()
 for N, K in [(17920, 1536), (1536, 8960)]:
     w = q4_quantize(torch.randn(N, K) * 0.02)
     t = w.tensors()
-    for R in [8, 64, 128, 256, 512, 1024, 2048]:
+    for R in [1, 8, 9, 16, 64, 65, 128, 512, 2048]:
         x = torch.randn(R, K)
         f(x, *t)
         reps = max(1, 256 // R)

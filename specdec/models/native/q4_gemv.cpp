@@ -90,7 +90,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("bias") = py::none(), py::arg("tiles") = py::none());
   m.def("q4_tiles", &q4_tiles, "the weights in the tile layout the AVX-512 build reads");
   m.attr("TILES") = q4::TILES;
-  m.attr("BLOCK_BYTES") = q4::BLOCK_BYTES;
+  m.def("block_rows", &q4::block_rows, "rows of one row block of an R-row product at width K",
+        py::arg("R"), py::arg("K"));
   m.def("set_tile_prefetch", [](int level) { q4::tile_prefetch() = level; },
         "how the tile layout prefetches: 0 into L1, 1 into L2 (q4_kernel.h)");
 }
