@@ -144,6 +144,14 @@ inline void block_products(const uint8_t* q, const uint8_t* scales, const int8_t
 }
 #endif
 
+#if !SPECDEC_Q4_AVX512
+// Byte-shuffle controls that pick int16 g of each 128-bit half into every int16 lane.
+inline const __m256i SCALE_PICK[GROUPS] = {
+    _mm256_set1_epi16(0x0100), _mm256_set1_epi16(0x0302), _mm256_set1_epi16(0x0504),
+    _mm256_set1_epi16(0x0706), _mm256_set1_epi16(0x0908), _mm256_set1_epi16(0x0B0A),
+    _mm256_set1_epi16(0x0D0C), _mm256_set1_epi16(0x0F0E)};
+#endif
+
 // Weight rows a row's loop prefetches ahead of itself. A row of the 1.5B's K = 1536 shapes
 // is 768 bytes of nibbles, too short for the hardware prefetchers to follow from one row to
 // the next: measured on a Zen 3, 1-2 rows streamed 21-24 GB/s without software prefetch and
@@ -182,12 +190,17 @@ void rows_times_weights(const Activations& a, int64_t row0, const uint8_t* qs, c
       block_products<R>(qn + s * 128, scn + s * GROUPS, xq + s * SB, X, pairs, iacc);
 #else
       for (int r = 0; r < R; ++r) iacc[r] = _mm256_setzero_si256();
+      // The super-block's 8 group scales as int16, in both 128-bit halves: one byte shuffle
+      // spreads a group's scale over a vector, where a broadcast from memory took three
+      // instructions per group.
+      const __m256i scales = _mm256_broadcastsi128_si256(
+          _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scn + s * GROUPS))));
       for (int64_t p = 0; p < pairs; ++p) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qn + s * 128 + p * 32));
         const __m256i lo = _mm256_and_si256(v, nibble);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-        const __m256i s_lo = _mm256_set1_epi16(scn[s * GROUPS + 2 * p]);
-        const __m256i s_hi = _mm256_set1_epi16(scn[s * GROUPS + 2 * p + 1]);
+        const __m256i s_lo = _mm256_shuffle_epi8(scales, SCALE_PICK[2 * p]);
+        const __m256i s_hi = _mm256_shuffle_epi8(scales, SCALE_PICK[2 * p + 1]);
         const int64_t k = s * SB + p * 64;
         for (int r = 0; r < R; ++r) {
           const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + r * X + k));
