@@ -52,8 +52,8 @@ constexpr int MAX_GROUP = 6;
 // 4 + 3, 8 as 4 + 4), a group after the first reading the tile from cache. Why: the kernel
 // before served 5-8 rows from one weight row at a time, loading up to 8 activation vectors
 // for each weight vector it widened, and a verify pass of 5-8 rows ran at half the memory's
-// pace. Measured on a Zen 3 (2 threads, the 1.5B's shapes streamed from memory), 5-8 rows
-// 1.1-1.35x faster, 1-4 unchanged.
+// pace. Measured on a Zen 3 (2 threads, the 1.5B's shapes streamed from memory, the two
+// kernels taking turns): 6-8 rows 1.11-1.43x faster, 5 rows 0.98-1.44x, 1-4 unchanged.
 // Each (row, output) still sums its products in one register, in the order of k, whatever
 // the grouping: the floats are the kernel's before, and batch-invariant.
 template <int R, int T>
