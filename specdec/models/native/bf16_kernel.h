@@ -65,10 +65,8 @@ void rows_times_weights(const float* x, const uint16_t* w, float* y, int64_t K, 
     tile_times_rows<first, T>(x, w, y, K, N, n, true);
     if constexpr (first < R) tile_times_rows<R - first, T>(x + first * K, w, y + first * N, K, N, n, false);
   }
-  for (; n < end; ++n) {
-    tile_times_rows<first, 1>(x, w, y, K, N, n, true);
-    if constexpr (first < R) tile_times_rows<R - first, 1>(x + first * K, w, y + first * N, K, N, n, false);
-  }
+  if constexpr (T > 1)
+    if (n < end) rows_times_weights<R, 1>(x, w, y, K, N, n, end);
 }
 
 #if defined(__AVX512F__)
