@@ -124,7 +124,7 @@ def _layer_tensors(layer) -> list[torch.Tensor]:
     """The 30 tensors of a layer in decode_stack.cpp's order: the two norms, then qkv, o,
     gate_up and down as (qs, sc, mn, d, dmin, fp32 bias or an empty tensor, the tile layout
     or an empty tensor), bf16 ones as (weight, four empty tensors, fp32 bias or an empty
-    tensor, an empty tensor)."""
+    tensor, the panel layout `native_bf16` reads or an empty tensor)."""
     norms = layer.input_layernorm, layer.post_attention_layernorm
     tensors = [norm.weight.detach() for norm in norms]
     for p in _projections(layer):
@@ -133,8 +133,14 @@ def _layer_tensors(layer) -> list[torch.Tensor]:
             tensors += [*p.q4.tensors(), torch.empty(0) if bias is None else bias, p.tiles]
         else:  # bf16: the eager native_bf16 kernel adds the bias in fp32 too
             bias = torch.empty(0) if p.bias is None else p.bias.detach().float()
-            tensors += [p.weight.detach(), *[torch.empty(0)] * 4, bias, torch.empty(0)]
+            p.prepare("native_bf16")  # the panel layout where the build reads it
+            panels = p.formats.get("native_bf16")
+            tensors += [p.weight.detach(), *[torch.empty(0)] * 4, bias, _or_empty(panels)]
     return tensors
+
+
+def _or_empty(t: torch.Tensor | None) -> torch.Tensor:
+    return torch.empty(0) if t is None else t
 
 
 # Buckets the stack competes for: a decode step, a verify pass, a few rows of either.

@@ -27,9 +27,18 @@ HERE = Path(__file__).parent
 
 @cache
 def bf16_gemv():
-    """The compiled `bf16_gemv(x [R, K] fp32, W [N, K] bf16) -> [R, N] fp32`, or None."""
+    """The compiled `bf16_gemv(x [R, K] fp32, W [N, K] bf16, panels=None) -> [R, N] fp32`
+    (`panels`: W in the panel layout, `linear.pack_panels`), or None."""
     module = _module("bf16_gemv")
     return None if module is None else module.bf16_gemv
+
+
+@cache
+def bf16_panels() -> bool:
+    """Whether the build's `bf16_gemv` is given its weights in the panel layout
+    (`linear.pack_panels`; AVX2 builds): measured faster there at every row count."""
+    module = _module("bf16_gemv")
+    return module is not None and bool(module.PANELS)
 
 
 @cache

@@ -4,20 +4,33 @@
 
 #include "bf16_kernel.h"
 
-// x [R, K] fp32, w [N, K] bf16 contiguous, K % 8 == 0 -> y [R, N] fp32.
-torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w) {
+// x [R, K] fp32, w [N, K] bf16 contiguous, K % 8 == 0 -> y [R, N] fp32. `panels`: W in the
+// panel layout ([ceil(N / 8), K, 8] bf16, bf16_kernel.h), or None: the row layout.
+torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> panels_or_none) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "shapes");
   TORCH_CHECK(x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kBFloat16, "dtypes");
   TORCH_CHECK(w.size(1) % 8 == 0 && x.size(0) >= 1, "K % 8, at least one row");
   x = x.contiguous();
-  w = w.contiguous();
   const int64_t R = x.size(0), K = x.size(1), N = w.size(0);
   auto y = torch::empty({R, N}, x.options());
+  if (panels_or_none.has_value()) {
+    const torch::Tensor& panels = *panels_or_none;
+    TORCH_CHECK(panels.scalar_type() == torch::kBFloat16 && panels.is_contiguous(), "panels: bf16, contiguous");
+    TORCH_CHECK(panels.dim() == 3 && panels.size(0) == (N + bf16::PANEL - 1) / bf16::PANEL &&
+                    panels.size(1) == K && panels.size(2) == bf16::PANEL,
+                "panels: [ceil(N / 8), K, 8]");
+    bf16::run_panels(x.data_ptr<float>(), R, reinterpret_cast<const uint16_t*>(panels.data_ptr<at::BFloat16>()),
+                     y.data_ptr<float>(), K, N);
+    return y;
+  }
+  w = w.contiguous();
   bf16::run(x.data_ptr<float>(), R, reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()),
             y.data_ptr<float>(), K, N);
   return y;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("bf16_gemv", &bf16_gemv, "y = x @ W.T, W bf16 widened in registers (AVX2 + FMA)");
+  m.def("bf16_gemv", &bf16_gemv, "y = x @ W.T, W bf16 widened in registers (AVX2 + FMA)",
+        pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("panels") = pybind11::none());
+  m.attr("PANELS") = bf16::PANELS;
 }

@@ -75,20 +75,27 @@ inline __m256 exp8(__m256 x) {
 struct Projection {  // one int4 layer (the buffers of quant.Int4Linear) or one bf16 layer
   at::Tensor qs, sc, mn, d, dmin, bias;  // bias fp32 [N], or empty
   at::Tensor w;                          // bf16 [N, K], or undefined for int4
-  at::Tensor tiles;                      // int4 in the tile layout (q4_tiles), or empty
+  at::Tensor tiles;                      // int4 in the tile layout (q4_tiles), bf16 in the
+                                         // panel layout (bf16_kernel.h), or empty
   int64_t N, K, S;
 };
 
 // (qs, sc, mn, d, dmin, bias, tiles) of an int4 layer (tiles: empty where the layer has
-// none), or (weight, 4 empty tensors, bias, an empty tensor) of a bf16 one.
+// none), or (weight, 4 empty tensors, bias, panels) of a bf16 one (panels: its weight in the
+// panel layout, which the product then reads, or an empty tensor).
 Projection projection(const std::vector<at::Tensor>& t, size_t at) {
   if (t[at].scalar_type() == at::kBFloat16) {
-    Projection p{{}, {}, {}, {}, {}, t[at + 5].contiguous(), t[at].contiguous(), {}, 0, 0, 0};
+    Projection p{{}, {}, {}, {}, {}, t[at + 5].contiguous(), t[at].contiguous(), t[at + 6].contiguous(), 0, 0, 0};
     TORCH_CHECK(p.w.dim() == 2 && p.w.size(1) % 8 == 0, "bf16 weight: [N, K], K % 8 == 0");
     TORCH_CHECK(p.bias.numel() == 0 || p.bias.scalar_type() == at::kFloat, "bias: fp32 or empty");
     p.N = p.w.size(0);
     p.K = p.w.size(1);
     TORCH_CHECK(p.bias.numel() == 0 || p.bias.numel() == p.N, "bias: [N]");
+    TORCH_CHECK(p.tiles.numel() == 0 ||
+                    (p.tiles.scalar_type() == at::kBFloat16 && p.tiles.dim() == 3 &&
+                     p.tiles.size(0) == (p.N + bf16::PANEL - 1) / bf16::PANEL && p.tiles.size(1) == p.K &&
+                     p.tiles.size(2) == bf16::PANEL),
+                "bf16 panels: [ceil(N / 8), K, 8]");
     return p;
   }
   Projection p{t[at].contiguous(),     t[at + 1].contiguous(), t[at + 2].contiguous(),
@@ -109,7 +116,10 @@ Projection projection(const std::vector<at::Tensor>& t, size_t at) {
 // it (the bf16 layer: `(x.float() @ W.T + bias.float()).to(bf16)`, quant.Int4Linear alike).
 void product(const Projection& p, const float* x, int64_t R, float* y, const Round& rnd) {
   if (p.w.defined()) {
-    bf16::run(x, R, reinterpret_cast<const uint16_t*>(p.w.data_ptr<at::BFloat16>()), y, p.K, p.N);
+    if (p.tiles.numel())
+      bf16::run_panels(x, R, reinterpret_cast<const uint16_t*>(p.tiles.data_ptr<at::BFloat16>()), y, p.K, p.N);
+    else
+      bf16::run(x, R, reinterpret_cast<const uint16_t*>(p.w.data_ptr<at::BFloat16>()), y, p.K, p.N);
     if (p.bias.numel()) {
       const float* b = p.bias.data_ptr<float>();
       for (int64_t r = 0; r < R; ++r)
