@@ -33,12 +33,11 @@ def bf16_gemv():
     return None if module is None else module.bf16_gemv
 
 
-@cache
 def bf16_panels() -> bool:
     """Whether the build's `bf16_gemv` is given its weights in the panel layout
-    (`linear.pack_panels`; AVX2 builds): measured faster there at every row count."""
-    module = _module("bf16_gemv")
-    return module is not None and bool(module.PANELS)
+    (`linear.pack_panels`; AVX2 builds): measured faster there at every row count. Follows
+    `bf16_gemv`'s cache (and its `cache_clear`)."""
+    return bf16_gemv() is not None and bool(_loaded["bf16_gemv"].PANELS)
 
 
 @cache
