@@ -166,17 +166,18 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
         assert "native_bf16" not in Linear(64, 48).to(torch.bfloat16).kernels()
         pytest.skip("no native kernel on this machine")
     torch.manual_seed(0)
-    # 41 outputs: a tile of 4 or 2 output rows leaves one over, 5 panels of 8 and a part
-    # leave one whole panel beside the pairs and a cut one; 7-8 rows go in two groups.
-    w = torch.randn(41, 72).to(torch.bfloat16)
+    # 43 outputs: tiles of 4 or 2 output rows leave 3 or 1 over; 5 whole panels of 8 (one
+    # beside the pairs or threes the kernel takes at once) and one cut to 3 outputs; 7-8
+    # rows go in two groups.
+    w = torch.randn(43, 72).to(torch.bfloat16)
     x = torch.randn(8, 72)
     for panels in (None, pack_panels(w)):  # both layouts, whichever the build reads
         for rows in range(1, 9):
             out = op(x[:rows], w, panels)
             torch.testing.assert_close(out, F.linear(x[:rows], w.float()), atol=1e-4, rtol=1e-5)
             assert torch.equal(out, torch.cat([op(x[i : i + 1], w, panels) for i in range(rows)]))
-    packed = pack_panels(w)  # [6, 72, 8]: output 8p + j of every k at [p, k, j], zeros past 41
-    assert packed.shape == (6, 72, 8) and torch.equal(packed[5, :, 1:], torch.zeros(72, 7))
+    packed = pack_panels(w)  # [6, 72, 8]: output 8p + j of every k at [p, k, j], zeros past 43
+    assert packed.shape == (6, 72, 8) and torch.equal(packed[5, :, 3:], torch.zeros(72, 5))
     assert torch.equal(packed[2, 5], w[16:24, 5])
     with pytest.raises(RuntimeError, match="panels"):
         op(x, w, packed[:5].contiguous())
