@@ -17,7 +17,8 @@ Memory: two formats are stored copies of the weights, in the same dtype: oneDNN'
 prepacked weights (only where that kernel measures fastest) and, on CPUs whose native build
 is AVX2, the native kernel's panel layout (`pack_panels`), which the decode stack reads
 too, so a bf16 model there holds its weights twice (3.1 GB more for the 1.5B) for products
-of 1-8 rows 1.0-1.25x faster than from the row layout. A stored fp32 copy was measured too
+of 1-6 rows 1.01-1.26x faster than from the row layout (7-8 rows 0.96-1.10x; measured on
+a Zen 3, docs/BENCHMARKS.md stop 48). A stored fp32 copy was measured too
 and dropped: it doubles a bf16 model's memory (6.2 GB more for the 1.5B) for no gain over
 the native kernel.
 
