@@ -15,10 +15,7 @@ torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
   auto y = torch::empty({R, N}, x.options());
   if (panels_or_none.has_value()) {
     const torch::Tensor& panels = *panels_or_none;
-    TORCH_CHECK(panels.scalar_type() == torch::kBFloat16 && panels.is_contiguous(), "panels: bf16, contiguous");
-    TORCH_CHECK(panels.dim() == 3 && panels.size(0) == (N + bf16::PANEL - 1) / bf16::PANEL &&
-                    panels.size(1) == K && panels.size(2) == bf16::PANEL,
-                "panels: [ceil(N / 8), K, 8]");
+    bf16::check_panels(panels, N, K);
     bf16::run_panels(x.data_ptr<float>(), R, reinterpret_cast<const uint16_t*>(panels.data_ptr<at::BFloat16>()),
                      y.data_ptr<float>(), K, N);
     return y;

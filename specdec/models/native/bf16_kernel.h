@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "simd.h"
 
@@ -113,6 +114,26 @@ void rows_times_weights_512(const float* x, const uint16_t* w, float* y, int64_t
 }
 #endif
 
+// Calls body(std::integral_constant<int, C>, r0) for the rows [r0, r0 + C) of an R-row
+// product, C <= 8: more than 8 rows go in even chunks, 9 as 5 + 4, not 8 + 1, whose second
+// stream of the weights would serve one row. Both layouts' `run` take their rows this way.
+template <class Body>
+inline void in_row_chunks(int64_t R, Body&& body) {
+  const int64_t passes = (R + 7) / 8, chunk = (R + passes - 1) / passes;
+  for (int64_t r0 = 0; r0 < R; r0 += chunk) {
+    switch (std::min(chunk, R - r0)) {
+      case 1: body(std::integral_constant<int, 1>{}, r0); break;
+      case 2: body(std::integral_constant<int, 2>{}, r0); break;
+      case 3: body(std::integral_constant<int, 3>{}, r0); break;
+      case 4: body(std::integral_constant<int, 4>{}, r0); break;
+      case 5: body(std::integral_constant<int, 5>{}, r0); break;
+      case 6: body(std::integral_constant<int, 6>{}, r0); break;
+      case 7: body(std::integral_constant<int, 7>{}, r0); break;
+      default: body(std::integral_constant<int, 8>{}, r0); break;
+    }
+  }
+}
+
 // --- The panel layout (AVX2 builds: `PANELS`) --------------------------------------------
 // W [N, K] stored as panels of 8 outputs, [ceil(N / 8), K, 8] bf16: for each k the 8
 // weights of outputs 8p..8p+7 side by side (zero rows past N; `linear.pack_panels` packs).
@@ -124,6 +145,13 @@ void rows_times_weights_512(const float* x, const uint16_t* w, float* y, int64_t
 // 1-2 rows 1.0-1.2x, 6 rows 1.03-1.10x, 8 rows 0.99-1.10x. The floats differ from the
 // row layout's in the last bits (another order of sums); batch-invariant like it.
 constexpr int PANEL = 8;
+
+// Checks that `panels` is W [N, K] in the panel layout: bf16, contiguous, [ceil(N / 8), K, 8].
+inline void check_panels(const at::Tensor& panels, int64_t N, int64_t K) {
+  TORCH_CHECK(panels.scalar_type() == at::kBFloat16 && panels.is_contiguous() && panels.dim() == 3 &&
+                  panels.size(0) == (N + PANEL - 1) / PANEL && panels.size(1) == K && panels.size(2) == PANEL,
+              "bf16 panels: bf16, contiguous, [ceil(N / 8), K, 8]");
+}
 
 // R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
 // panels' 8 V outputs side by side). K % 4 == 0.
@@ -152,8 +180,7 @@ inline void panels_times_rows(const float* x, const uint16_t* panel, float* y, i
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * ldy + v * PANEL, acc[v][r]);
 }
 
-// R rows (R <= 8) against every panel: V panels at a time (V x R accumulators, at most 12
-// of 16 registers; fewer panels read at once streamed faster at 1-2 rows), a last panel
+// R rows (R <= 8) against every panel, V panels at a time (`panels_at_once`), a last panel
 // that N cuts short through a scratch tile.
 template <int R, int V>
 void panel_rows(const float* x, const uint16_t* wp, float* y, int64_t K, int64_t N) {
@@ -172,24 +199,16 @@ void panel_rows(const float* x, const uint16_t* wp, float* y, int64_t K, int64_t
   }
 }
 
-// x [R, K] fp32 (any R: more than 8 rows in even chunks, as `run`), wp the panels of W
-// [N, K] -> y [R, N].
+// Panels read at a time for R rows: at most 12 accumulators (V x R), and fewer panels at
+// once streamed faster at 1-2 rows.
+constexpr int panels_at_once(int R) { return R == 4 ? 3 : (R <= 6 ? 2 : 1); }
+
+// x [R, K] fp32 (any R, in chunks as `run`), wp the panels of W [N, K] -> y [R, N].
 inline void run_panels(const float* x, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N) {
-  const int64_t passes = (R + 7) / 8, chunk = (R + passes - 1) / passes;
-  for (int64_t r0 = 0; r0 < R; r0 += chunk) {
-    const float* xr = x + r0 * K;
-    float* yr = y + r0 * N;
-    switch (std::min(chunk, R - r0)) {
-      case 1: panel_rows<1, 2>(xr, wp, yr, K, N); break;
-      case 2: panel_rows<2, 2>(xr, wp, yr, K, N); break;
-      case 3: panel_rows<3, 2>(xr, wp, yr, K, N); break;
-      case 4: panel_rows<4, 3>(xr, wp, yr, K, N); break;
-      case 5: panel_rows<5, 2>(xr, wp, yr, K, N); break;
-      case 6: panel_rows<6, 2>(xr, wp, yr, K, N); break;
-      case 7: panel_rows<7, 1>(xr, wp, yr, K, N); break;
-      default: panel_rows<8, 1>(xr, wp, yr, K, N); break;
-    }
-  }
+  in_row_chunks(R, [&](auto rows, int64_t r0) {
+    constexpr int C = decltype(rows)::value;
+    panel_rows<C, panels_at_once(C)>(x + r0 * K, wp, y + r0 * N, K, N);
+  });
 }
 
 // Whether a build's `native_bf16` reads the panel layout: the AVX2 builds. AVX-512 builds
@@ -214,24 +233,11 @@ void run_rows(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N)
   });
 }
 
-// x [R, K] fp32 (any R: more than 8 rows go in even chunks, 9 as 5 + 4, not 8 + 1, whose
-// second stream of the weights would serve one row), w [N, K] bf16, K % 8 == 0 -> y [R, N].
+// x [R, K] fp32 (any R, in chunks: `in_row_chunks`), w [N, K] bf16, K % 8 == 0 -> y [R, N].
 inline void run(const float* x, int64_t R, const uint16_t* w, float* y, int64_t K, int64_t N) {
-  const int64_t passes = (R + 7) / 8, chunk = (R + passes - 1) / passes;
-  for (int64_t r0 = 0; r0 < R; r0 += chunk) {
-    const float* xr = x + r0 * K;
-    float* yr = y + r0 * N;
-    switch (std::min(chunk, R - r0)) {
-      case 1: run_rows<1>(xr, w, yr, K, N); break;
-      case 2: run_rows<2>(xr, w, yr, K, N); break;
-      case 3: run_rows<3>(xr, w, yr, K, N); break;
-      case 4: run_rows<4>(xr, w, yr, K, N); break;
-      case 5: run_rows<5>(xr, w, yr, K, N); break;
-      case 6: run_rows<6>(xr, w, yr, K, N); break;
-      case 7: run_rows<7>(xr, w, yr, K, N); break;
-      default: run_rows<8>(xr, w, yr, K, N); break;
-    }
-  }
+  in_row_chunks(R, [&](auto rows, int64_t r0) {
+    run_rows<decltype(rows)::value>(x + r0 * K, w, y + r0 * N, K, N);
+  });
 }
 
 }  // namespace bf16

@@ -91,11 +91,7 @@ Projection projection(const std::vector<at::Tensor>& t, size_t at) {
     p.N = p.w.size(0);
     p.K = p.w.size(1);
     TORCH_CHECK(p.bias.numel() == 0 || p.bias.numel() == p.N, "bias: [N]");
-    TORCH_CHECK(p.tiles.numel() == 0 ||
-                    (p.tiles.scalar_type() == at::kBFloat16 && p.tiles.dim() == 3 &&
-                     p.tiles.size(0) == (p.N + bf16::PANEL - 1) / bf16::PANEL && p.tiles.size(1) == p.K &&
-                     p.tiles.size(2) == bf16::PANEL),
-                "bf16 panels: [ceil(N / 8), K, 8]");
+    if (p.tiles.numel()) bf16::check_panels(p.tiles, p.N, p.K);
     return p;
   }
   Projection p{t[at].contiguous(),     t[at + 1].contiguous(), t[at + 2].contiguous(),
