@@ -130,7 +130,7 @@ def _layer_tensors(layer) -> list[torch.Tensor]:
     for p in _projections(layer):
         if type(p) is Int4Linear:
             bias = _q4_bias(p)  # the fp32 bias the int4 kernel adds, as the eager layer does
-            tensors += [*p.q4.tensors(), torch.empty(0) if bias is None else bias, p.tiles]
+            tensors += [*p.q4.tensors(), _or_empty(bias), p.tiles]
         else:  # bf16: the eager native_bf16 kernel adds the bias in fp32 too
             bias = torch.empty(0) if p.bias is None else p.bias.detach().float()
             p.prepare("native_bf16")  # the panel layout where the build reads it
