@@ -141,8 +141,8 @@ inline void in_row_chunks(int64_t R, Body&& body) {
 // (row, output) sums its products in one lane, in the order of k, with no horizontal sum,
 // and a row's activations are read as scalars (from L1) instead of 8-wide vectors per 2
 // weight rows as above. Why: on a Zen 3 (AVX2, 2 threads, the 1.5B's shapes streamed from
-// memory, both layouts taking turns) 3-5 rows ran 1.05-1.25x faster than the row layout,
-// 1-2 rows 1.0-1.2x, 6 rows 1.03-1.10x, 8 rows 0.99-1.10x. The floats differ from the
+// memory, both layouts taking turns; docs/bench-zen3-s48/bf16_panels.log) 1-5 rows ran
+// 1.04-1.26x faster than the row layout, 6 rows 1.01-1.13x, 7-8 rows 0.96-1.10x. The floats differ from the
 // row layout's in the last bits (another order of sums); batch-invariant like it.
 constexpr int PANEL = 8;
 
