@@ -565,8 +565,15 @@ class Engine:
         out = self._target(
             torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
         )
-        target_probs = request_probs(out.logits, params)  # [B, k+1, V]
-        verdict = self.acceptor(draft, target_probs, generators)
+        if all(p.greedy for p in params) and type(self.acceptor) in _ARGMAX_WHEN_GREEDY:
+            # p is one-hot at the argmax (and q at the draft token): both built-in lossless
+            # acceptors keep a draft token while it is the argmax, then emit the argmax.
+            # The logits' argmax says it without a [B, k+1, V] one-hot (measured on the
+            # bf16 1.5B, k = 4: 3.3 ms a step, as much as a draft step's sampling).
+            verdict = _GREEDY(draft, out.logits, generators)
+        else:
+            target_probs = request_probs(out.logits, params)  # [B, k+1, V]
+            verdict = self.acceptor(draft, target_probs, generators)
         cache.truncate(start + 1 + verdict.num_accepted.cpu())
         tokens = torch.cat([last, draft.tokens.to(device)], 1)  # [B, k+1]
         return verdict, PassStates(tokens, out.hidden, 1 + verdict.num_accepted)
@@ -661,6 +668,14 @@ class Engine:
             finish_reason=seq.finish_reason or "length",
             stats=stats,
         )
+
+
+# The chain acceptors that, for greedy rows (p one-hot), keep exactly the drafts that are
+# the target's argmax and emit the argmax (RejectionSampler: u q(d) < p(d) holds iff p(d) = 1;
+# its residual max(0, p - q) is then p): for all-greedy batches the engine runs `_GREEDY`
+# on the logits in their place.
+_ARGMAX_WHEN_GREEDY = (RejectionSampler, GreedyAcceptor)
+_GREEDY = GreedyAcceptor()
 
 
 def _trimmed(draft: Draft) -> Draft:

@@ -131,6 +131,46 @@ def test_pruned_draft_vocabulary_greedy_equivalence(setup, tokenizer, acceptor):
     assert any(t % 2 for ref in refs for t in ref[1:])  # some drafts were really cut
 
 
+class CountingRejection(RejectionSampler):
+    """The rejection sampler as a user's own acceptor: the engine hands it every pass."""
+
+    calls = 0
+
+    def __call__(self, draft, target_probs, generators):
+        CountingRejection.calls += 1
+        return super().__call__(draft, target_probs, generators)
+
+
+def test_greedy_rows_skip_the_one_hot_distributions_and_keep_every_verdict(setup, tokenizer):
+    """All-greedy passes with a built-in acceptor are judged on the logits' argmax; a user's
+    acceptor still gets p. Same tokens and the same drafts kept, step for step."""
+    native, refs, params = setup
+    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    factory = lambda b, length: DraftModelDrafter(draft, 97, 97, b, length)  # noqa: E731
+    fast = _spec(native, tokenizer, factory, 3, RejectionSampler()).generate(PROMPTS, params)
+    CountingRejection.calls = 0
+    user = _spec(native, tokenizer, factory, 3, CountingRejection()).generate(PROMPTS, params)
+    assert [c.token_ids for c in fast] == [c.token_ids for c in user] == refs
+    assert [c.stats.accepted for c in fast] == [c.stats.accepted for c in user]
+    assert [c.stats.steps for c in fast] == [c.stats.steps for c in user]
+    assert CountingRejection.calls >= max(c.stats.steps for c in user)  # one a batch pass
+    assert 0 < sum(c.stats.accepted for c in fast) < sum(c.stats.drafted for c in fast)
+
+
+def test_greedy_draft_is_the_draft_models_own_greedy_continuation(setup, tokenizer):
+    """Greedy rows draft the argmax with no q (probs None: one-hot at the token)."""
+    native, _, params = setup
+    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    own = Engine(draft, tokenizer, frozenset())
+    four = SamplingParams(temperature=0, max_tokens=4)
+    expected = [c.token_ids for c in own.generate(PROMPTS[:2], four)]
+    drafter = DraftModelDrafter(draft, 97, 97, 2, 64)
+    drafter.admit(PROMPTS[:2])
+    out = drafter.propose(4, [params, params], [None, None])
+    assert out.probs is None
+    assert out.tokens.tolist() == expected
+
+
 def test_self_draft_accepts_everything(setup, tokenizer):
     """The target drafting for itself: every greedy draft token is accepted."""
     native, refs, params = setup
