@@ -1,0 +1,36 @@
+"""One-token forwards of the int4 0.5B (the draft's step) at a 250-token context, timed for
+SECONDS; prints its pid when warm, so that `perf record -p PID` can profile the steady state.
+
+    python docs/bench-zen3-s49/scripts/draft_step.py 25 &
+    perf record -F 999 -p PID -o perf.data -- sleep 15
+    perf report -i perf.data --no-children --sort dso,symbol
+"""
+
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from specdec import LLM
+
+torch.set_num_threads(2)
+llm = LLM("qwen2.5-coder-0.5b-instruct", quant="int4")
+model = llm.engine.model
+cache = model.new_cache(1, 2048)
+with torch.inference_mode():
+    model(torch.randint(100, 20000, (1, 250)), cache)
+    token = torch.tensor([[1234]])
+    for _ in range(20):
+        model(token, cache)
+        cache.truncate(torch.tensor([250]))
+    print("ready", os.getpid(), flush=True)
+    times = []
+    end = time.time() + float(sys.argv[1] if len(sys.argv) > 1 else 20)
+    while time.time() < end:
+        start = time.perf_counter()
+        model(token, cache)
+        times.append(time.perf_counter() - start)
+        cache.truncate(torch.tensor([250]))
+    print(f"one-token forward: median {1000 * statistics.median(times):.2f} ms over {len(times)}")
