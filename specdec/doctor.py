@@ -1,10 +1,11 @@
 """`specdec doctor`: what a user checks first when decoding looks slow.
 
-The machine (what the kernel cache is keyed by), its measured read bandwidth, whether the
-native kernel builds here, the kernel each projection shape runs per row bucket with the
-GB/s it streamed when it was chosen, and each registry model's bandwidth bound: bf16
-weight bytes one decode step reads over the read bandwidth — the ceiling of plain
-decoding at batch 1 (int4 reads about a quarter of those bytes).
+The machine (what the kernel cache is keyed by), its measured read bandwidth, its fp32
+arithmetic on one thread and on all of them, whether the native kernel builds here, the
+kernel each projection shape runs per row bucket with the GB/s it streamed when it was
+chosen, and each registry model's bandwidth bound: bf16 weight bytes one decode step reads
+over the read bandwidth — the ceiling of plain decoding at batch 1 (int4 reads about a
+quarter of those bytes).
 """
 
 from __future__ import annotations
@@ -27,6 +28,44 @@ def read_bandwidth_gbs(gib: float = 1.0, repeats: int = 5) -> float:
         x.sum()
         best = min(best, time.perf_counter() - start)
     return x.numel() * 4 / best / 1e9
+
+
+def matmul_gflops(threads: int, n: int = 256, seconds: float = 0.3) -> float:
+    """fp32 GEMM rate of cache-resident n x n matrices on `threads` threads (the fastest
+    call over `seconds`): the arithmetic that bounds a verify pass of many rows, where one
+    row is bound by the read bandwidth."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        best, end = float("inf"), time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - start)
+        return 2 * n**3 / best / 1e9
+    finally:
+        torch.set_num_threads(previous)
+
+
+# All threads over one thread below this: the threads share cores at the moment. Why: on a
+# 2-vCPU EPYC VM two single-thread FMA loops ran 5.6-5.7 FMA/ns each in most minutes and
+# 2.95 each in one (docs/bench-zen3-s49/fma_pairs.log): the host had put both vCPUs on one
+# core's hardware threads, and `lscpu` said 2 cores either way.
+SHARED_CORES_SCALING = 1.4
+
+
+def arithmetic(threads: int) -> dict:
+    """fp32 GEMM GFLOP/s on one thread and on `threads`, and their ratio."""
+    one = matmul_gflops(1)
+    every = matmul_gflops(threads) if threads > 1 else one
+    return {
+        "threads": threads,
+        "one_thread_gflops": round(one, 1),
+        "all_threads_gflops": round(every, 1),
+        "scaling": round(every / one, 2),
+    }
 
 
 def decode_bytes(cfg: ModelConfig, bytes_per_weight: float = 2.0) -> int:
@@ -71,6 +110,7 @@ def report(bandwidth_gib: float = 1.0) -> dict:
     from specdec.models.registry import REGISTRY, cache_root
 
     bandwidth = read_bandwidth_gbs(bandwidth_gib)
+    compute = arithmetic(torch.get_num_threads())
     cache = kernel_cache()
     try:
         stored = json.loads(cache.read_text())
@@ -97,6 +137,7 @@ def report(bandwidth_gib: float = 1.0) -> dict:
     return {
         "machine": machine(),
         "read_bandwidth_gb_s": round(bandwidth, 1),
+        "arithmetic": compute,
         "native_kernel": native.bf16_gemv() is not None,
         "kernel_cache": str(cache),
         "kernels": kernels,
@@ -109,6 +150,17 @@ def print_report(data: dict) -> None:
     m = data["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['threads']} threads")
     print(f"read bandwidth: {data['read_bandwidth_gb_s']} GB/s")
+    compute = data.get("arithmetic")
+    if compute:
+        print(
+            f"fp32 matmul: {compute['one_thread_gflops']} GFLOP/s on 1 thread, "
+            f"{compute['all_threads_gflops']} on {compute['threads']} ({compute['scaling']}x)"
+        )
+        if compute["threads"] > 1 and compute["scaling"] < SHARED_CORES_SCALING:
+            print(
+                "  the threads share cores at the moment (a VM's vCPUs on one core's hardware "
+                "threads?): verify passes of several rows cost more while they do"
+            )
     print(f"native bf16 kernel: {'built' if data['native_kernel'] else 'unavailable'}")
     print(f"kernel plans ({data['kernel_cache']}):")
     if not data["kernels"]:

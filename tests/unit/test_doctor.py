@@ -65,3 +65,38 @@ def test_doctor_json_end_to_end(monkeypatch, tmp_path, capsys):
     assert not any(m["pulled"] for m in data["models"])  # an empty cache
     assert main(["doctor"]) == 0
     assert "not pulled" in capsys.readouterr().out
+
+
+def test_arithmetic_reports_one_thread_all_threads_and_says_when_they_share_cores(
+    monkeypatch, capsys
+):
+    rates = {1: 50.0, 2: 60.0}
+    monkeypatch.setattr(doctor, "matmul_gflops", lambda threads: rates[threads])
+    compute = doctor.arithmetic(2)
+    assert compute == {
+        "threads": 2, "one_thread_gflops": 50.0, "all_threads_gflops": 60.0, "scaling": 1.2
+    }  # fmt: skip
+    data = {
+        "machine": {"cpu": "x", "cores": 2, "torch": "t", "threads": 2},
+        "read_bandwidth_gb_s": 1.0,
+        "arithmetic": compute,
+        "native_kernel": True,
+        "kernel_cache": "k.json",
+        "kernels": [],
+        "models": [],
+    }
+    doctor.print_report(data)
+    out = capsys.readouterr().out
+    assert "fp32 matmul: 50.0 GFLOP/s on 1 thread, 60.0 on 2 (1.2x)" in out
+    assert "share cores" in out
+    rates[2] = 100.0
+    doctor.print_report({**data, "arithmetic": doctor.arithmetic(2)})
+    assert "share cores" not in capsys.readouterr().out
+
+
+def test_matmul_rate_is_measured_and_leaves_the_thread_count_alone():
+    import torch
+
+    threads = torch.get_num_threads()
+    assert doctor.matmul_gflops(1, n=64, seconds=0.01) > 0
+    assert torch.get_num_threads() == threads
