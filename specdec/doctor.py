@@ -56,10 +56,11 @@ def matmul_gflops(threads: int, n: int = 256, seconds: float = 0.3) -> float:
 SHARED_CORES_SCALING = 1.4
 
 
-def arithmetic(threads: int) -> dict:
-    """fp32 GEMM GFLOP/s on one thread and on `threads`, and their ratio."""
-    one = matmul_gflops(1)
-    every = matmul_gflops(threads) if threads > 1 else one
+def arithmetic(threads: int, seconds: float = 0.3) -> dict:
+    """fp32 GEMM GFLOP/s on one thread and on `threads` (each the fastest call over
+    `seconds`), and their ratio."""
+    one = matmul_gflops(1, seconds=seconds)
+    every = matmul_gflops(threads, seconds=seconds) if threads > 1 else one
     return {
         "threads": threads,
         "one_thread_gflops": round(one, 1),

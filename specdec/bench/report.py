@@ -54,7 +54,7 @@ def results_table(rows: list[dict], price: bool) -> list[str]:
     head = (
         "| workload | prompt | mean prompt tok | batch | T | method | tok/s | speedup | "
         "decode speedup | CPU-time speedup | predicted | TPOT med / p90 (ms) | TTFT med (ms) | "
-        "acceptance | tokens / pass | same as plain | load |"
+        "acceptance | tokens / pass | same as plain | load | threads |"
     )
     head += " $ / M tok |" if price else ""
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -71,7 +71,8 @@ def results_table(rows: list[dict], price: bool) -> list[str]:
             f"{predicted} | {tpot if r.get('tpot_median_s') is not None else ''} | "
             f"{_ms(r.get('ttft_median_s'))} | {_f(r.get('acceptance_rate'), '{:.3f}')} | "
             f"{_f(r.get('mean_accepted_length'))} | "
-            f"{_f(r.get('same_output_as_plain'), '{:.2f}')} | {_f(r.get('load_1m'), '{:.1f}')} |"
+            f"{_f(r.get('same_output_as_plain'), '{:.2f}')} | {_f(r.get('load_1m'), '{:.1f}')} | "
+            f"{_f(r.get('threads_scaling'), '{:.2f}x')} |"
         )
         line += f" {_f(r.get('cost_per_million_tokens'), '{:.3f}')} |" if price else ""
         lines.append(line)
@@ -264,7 +265,9 @@ def write_summary(
         "this process's CPU seconds (with --threads 1, what a quiet machine would show); "
         "load: the machine's 1-minute "
         "load average when the point finished (above the CPU count, other processes were "
-        "sharing the cores).",
+        "sharing the cores); threads: fp32 arithmetic on all threads over one when the point "
+        "finished (under 1.4x the threads shared cores, as a VM's vCPUs on one core's hardware "
+        "threads do; verify passes of many rows are slower then).",
         "",
         "## Checks",
         "",

@@ -56,6 +56,7 @@ CSV_COLUMNS = (
     "same_output_as_plain",
     "cost_per_million_tokens",
     "load_1m",
+    "threads_scaling",
     "reason",
 )
 

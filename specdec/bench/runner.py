@@ -45,6 +45,7 @@ from specdec.bench.turn_log import TurnLog, Turns
 from specdec.config import SamplingParams
 from specdec.cost_model import CostModel
 from specdec.distributed import shared_window
+from specdec.doctor import arithmetic
 from specdec.drafters import EagleDrafter, NgramDrafter
 from specdec.drafters.speculator import SpeculatorDrafter
 from specdec.engine import Engine
@@ -409,6 +410,10 @@ class Runner:
         # Other processes' load while it ran (1-minute average, all CPUs): a point measured
         # under load above the core count shares its CPUs and is slower than it should be.
         row["load_1m"] = round(os.getloadavg()[0], 2)
+        # Whether this process's threads had cores of their own when the point finished:
+        # a 2-vCPU VM's vCPUs were at times one core's hardware threads (half the FMAs,
+        # `doctor.SHARED_CORES_SCALING`), which the load average does not show.
+        row["threads_scaling"] = threads_scaling() if self.tp == 1 else None
         row["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         return self._rank0s(row)
 
@@ -718,3 +723,10 @@ def skipped_row(point: Point, reason: str, tp: int = 1) -> dict:
         "status": "skipped",
         "reason": reason,
     }
+
+
+def threads_scaling() -> float | None:
+    """fp32 arithmetic on all of torch's threads over one (`doctor.arithmetic`, 0.2 s),
+    or None with one thread."""
+    threads = torch.get_num_threads()
+    return arithmetic(threads, seconds=0.1)["scaling"] if threads > 1 else None

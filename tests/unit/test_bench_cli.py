@@ -72,6 +72,8 @@ def test_files_and_fields(bench_out):
         assert row["tokens_per_s"] > 0 and row["generated_tokens"] > 0
         assert row["speedup"] > 0 and row["cost_per_million_tokens"] > 0
         assert row["requests"] == 2
+        # The threads' arithmetic when the point finished (None with one thread).
+        assert row["threads_scaling"] is None or row["threads_scaling"] > 0
         if row["method"] == "plain":
             assert row["speedup"] == 1.0 and row["mean_accepted_length"] == 1.0
         if not row["method"].startswith("hf"):

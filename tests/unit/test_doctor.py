@@ -71,7 +71,7 @@ def test_arithmetic_reports_one_thread_all_threads_and_says_when_they_share_core
     monkeypatch, capsys
 ):
     rates = {1: 50.0, 2: 60.0}
-    monkeypatch.setattr(doctor, "matmul_gflops", lambda threads: rates[threads])
+    monkeypatch.setattr(doctor, "matmul_gflops", lambda threads, seconds: rates[threads])
     compute = doctor.arithmetic(2)
     assert compute == {
         "threads": 2, "one_thread_gflops": 50.0, "all_threads_gflops": 60.0, "scaling": 1.2
