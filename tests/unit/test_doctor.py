@@ -99,4 +99,5 @@ def test_matmul_rate_is_measured_and_leaves_the_thread_count_alone():
 
     threads = torch.get_num_threads()
     assert doctor.matmul_gflops(1, n=64, seconds=0.01) > 0
+    assert doctor.matmul_gflops(1, n=64, seconds=0) > 0  # one timed call even with no time
     assert torch.get_num_threads() == threads
