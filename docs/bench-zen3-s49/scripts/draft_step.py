@@ -15,7 +15,7 @@ import torch
 
 from specdec import LLM
 
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ.get("THREADS", "2")))
 llm = LLM("qwen2.5-coder-0.5b-instruct", quant="int4")
 model = llm.engine.model
 cache = model.new_cache(1, 2048)

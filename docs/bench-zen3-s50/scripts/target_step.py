@@ -1,5 +1,6 @@
 """Forwards of ROWS tokens (default 5: a k = 4 verify pass) of the bf16 1.5B at a 250-token
-context, timed for SECONDS; prints its pid when warm, for `perf record -p PID`.
+context on THREADS threads (default 2), timed for SECONDS; prints its pid when warm, for
+`perf record -p PID`.
 
     ROWS=5 python docs/bench-zen3-s50/scripts/target_step.py 40 &
     perf record -F 499 -p PID -o perf.data -- sleep 20
@@ -15,7 +16,7 @@ import torch
 
 from specdec import LLM
 
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ.get("THREADS", "2")))
 rows = int(os.environ.get("ROWS", "5"))
 model = LLM("qwen2.5-coder-1.5b-instruct").engine.model
 cache = model.new_cache(1, 2048)
