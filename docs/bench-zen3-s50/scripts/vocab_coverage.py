@@ -13,7 +13,6 @@ prompt and the answer so far hold, as a head widened per request would.
 """
 
 import collections
-import hashlib
 import json
 import sys
 import sysconfig
@@ -47,12 +46,12 @@ def answers() -> None:
 
 def coverage() -> None:
     from specdec.bench.workloads import CODE_PROMPTS
-    from specdec.models.registry import cache_root, resolve
+    from specdec.drafters.draft_vocab import _ranked_ids
+    from specdec.models.registry import resolve
     from specdec.tokenization import encode_prompt, load_tokenizer
 
     tok = load_tokenizer(resolve("qwen2.5-coder-1.5b-instruct", "bf16"))
-    key = hashlib.sha256(json.dumps(sorted(tok.get_vocab().items())).encode()).hexdigest()[:16]
-    sharegpt = json.loads((cache_root() / "vocab" / f"sharegpt-3000-{key}.json").read_text())
+    sharegpt = _ranked_ids(tok)  # --draft-vocab's ranking (counted once, then cached)
     root = Path(sysconfig.get_paths()["stdlib"])
     texts = []
     for path in sorted(root.rglob("*.py")):
