@@ -125,10 +125,11 @@ def _prompts(batch: int, length: int, vocab: int, seed: int = 0) -> list[list[in
     return torch.randint(0, vocab, (batch, length), generator=g).tolist()
 
 
-def plain_tokens_per_s(model, batch: int, args, graphs: bool) -> float:
+def plain_tokens_per_s(model, batch: int, args, graphs: bool, fuse: bool | None) -> tuple:
     """Greedy plain decoding of `--new-tokens` per row at `batch` rows: decode-phase
     tokens/s (the engine's prefill time taken out), the best of `--repeats` after a
-    warm-up run (which captures the graphs of every bucket the run meets)."""
+    warm-up run (which captures the graphs of every bucket the run meets); and the layer
+    stack each captured bucket chose ({} without graphs)."""
     engine = Engine(
         model,
         _NoText(),
@@ -136,6 +137,7 @@ def plain_tokens_per_s(model, batch: int, args, graphs: bool) -> float:
         max_batch=batch,
         static_passes=graphs,
         cuda_graphs=graphs,
+        fuse_layers=fuse,
     )
     prompts = _prompts(batch, args.prompt_len, model.config.vocab_size)
     params = SamplingParams(temperature=0, max_tokens=args.new_tokens, ignore_eos=True)
@@ -146,13 +148,22 @@ def plain_tokens_per_s(model, batch: int, args, graphs: bool) -> float:
         decode_s = time.perf_counter() - t0 - (engine.prefill_s - prefill)
         if i:
             rates.append(batch * (args.new_tokens - 1) / decode_s)  # token 1: the prefill's
-    return max(rates)
+    stacks = getattr(engine._target, "stacks", {})
+    raced = getattr(engine._target, "race_ms", {})
+    if raced:
+        print(f"  batch {batch}: race of the layer stacks, ms a replay: {raced}", flush=True)
+    return max(rates), sorted({f"{b.rows}x{b.tokens}: {name}" for b, name in stacks.items()})
 
 
-def pass_costs(target, draft, args, graphs: bool) -> dict:
+def pass_costs(target, draft, args, graphs: bool, fuse: bool | None) -> dict:
     """Seconds of target passes of 1..9 tokens and of a draft step, batch 1, after
     `--context` tokens, on wall time; v(k) and c from them."""
-    opts = {"static_passes": graphs, "cuda_graphs": graphs, "clock": time.perf_counter}
+    opts = {
+        "static_passes": graphs,
+        "cuda_graphs": graphs,
+        "clock": time.perf_counter,
+        "fuse_layers": fuse,
+    }
     widths = tuple(range(1, 10))
     verify = forward_seconds(target, 1, widths, args.context, args.repeats, **opts)
     draft_s = forward_seconds(draft, 1, (1,), args.context, args.repeats, **opts)[1]
@@ -227,18 +238,31 @@ def bars(result: dict) -> dict:
     }
 
 
+# The modes measured: (result key, CUDA graphs, `fuse_layers`). "graphs_on" is what the
+# engine runs by default (each bucket the faster of the eager and the fused layer stacks);
+# "graphs_on_eager_layers" is graphs with the model's own layers only (stop 39's engine).
+MODES = (
+    ("graphs_on", True, None),
+    ("graphs_on_eager_layers", True, False),
+    ("graphs_off", False, False),
+)
+
+
 def measure(target, draft, hf, args, device) -> dict:
     result: dict = {}
-    modes = [True, False] if device.type == "cuda" else [False]  # graphs exist on CUDA only
+    modes = MODES if device.type == "cuda" else MODES[2:]  # graphs exist on CUDA only
+    modes = [mode for mode in modes if mode[0] in args.modes or not args.modes]
     if args.static_on_cpu and device.type != "cuda":
-        modes = [True, False]  # the static buffers run eagerly: checks the path, not speed
-    for graphs in modes:
-        key = "graphs_on" if graphs else "graphs_off"
-        plain = {
-            str(b): round(plain_tokens_per_s(target, b, args, graphs), 2) for b in args.batches
-        }
+        modes = (("graphs_on", True, False), *MODES[2:])  # static buffers, run eagerly
+    for key, graphs, fuse in modes:
+        plain, stacks = {}, {}
+        for b in args.batches:
+            rate, stacks[str(b)] = plain_tokens_per_s(target, b, args, graphs, fuse)
+            plain[str(b)] = round(rate, 2)
         print(f"[{key}] plain tok/s by batch: {plain}", flush=True)
-        costs = pass_costs(target, draft, args, graphs)
+        if any(stacks.values()):
+            print(f"[{key}] layer stack per captured bucket: {stacks}", flush=True)
+        costs = pass_costs(target, draft, args, graphs, fuse)
         print(
             f"[{key}] target step {costs['target_step_ms']} ms, draft step "
             f"{costs['draft_step_ms']} ms, c = {costs['c']}, v(k) = {costs['v']}",
@@ -247,8 +271,14 @@ def measure(target, draft, hf, args, device) -> dict:
         predicted = predicted_speedups(costs)
         print(f"[{key}] predicted speedup on code: {predicted}", flush=True)
         costs = {k: v for k, v in costs.items() if k not in ("verify_s", "draft_s")}
-        result[key] = {"plain_tok_s": plain, "costs": costs, "predicted": predicted}
-    result.setdefault("graphs_on", result["graphs_off"])  # on the CPU: the same path
+        result[key] = {
+            "plain_tok_s": plain,
+            "costs": costs,
+            "predicted": predicted,
+            "stacks": stacks,
+        }
+    if "graphs_on" not in result and "graphs_off" in result:  # on the CPU: the same path
+        result["graphs_on"] = result["graphs_off"]
     hf_rates = {}
     if not args.no_transformers:
         compile_ = device.type == "cuda" and not args.no_compile
@@ -275,12 +305,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--static-on-cpu", action="store_true", help="on the CPU, also run the static passes"
     )
+    ap.add_argument(
+        "--modes", default="", help=f"comma-separated, of {', '.join(m[0] for m in MODES)}: all"
+    )
     ap.add_argument("--out", default=None, help="JSON results")
     args = ap.parse_args(argv)
     if args.quick:
         args.batches, args.prompt_len, args.new_tokens = "1,2", 8, 6
         args.context, args.repeats, args.copy_mib = 16, 1, 16
     args.batches = [int(b) for b in args.batches.split(",")]
+    args.modes = [m for m in args.modes.split(",") if m]
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     if device.type == "cuda":  # fp32 means fp32 (TF32 would round the matmul inputs)
         torch.backends.cuda.matmul.allow_tf32 = False

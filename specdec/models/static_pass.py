@@ -34,19 +34,29 @@ Outputs are views of the pass's tensors, valid until the next call of the same o
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
+import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention import SDPBackend
 
+from specdec.models.fused_layers import fused_layers_apply, run_fused_layers
 from specdec.models.kv_cache import KVCache
 from specdec.models.transformer import ForwardOutput, Transformer
 
 WARMUP_RUNS = 2  # eager runs on a side stream before capture (allocator, cuBLAS workspaces)
+CHOICE_REPLAYS = 10  # replays per timing when two layer stacks compete for a bucket
+CHOICE_ROUNDS = 3  # alternating rounds of them (the faster median round decides)
 MIN_SPAN = 256  # the smallest key span bucket: below it attention is a rounding error
 _captured_s = 0.0  # seconds this process spent warming up and capturing graphs
+EFFICIENT_ATTENTION = [SDPBackend.EFFICIENT_ATTENTION]  # a list: sdpa_kernel refuses tuples
+# The layer stack each model's race chose (`StaticPasses._stacks`), for its later passes.
+_chosen_stack: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def capture_seconds() -> float:
@@ -249,6 +259,16 @@ class StaticPasses:
     `max_rows` is the most rows a call takes (at most the cache's), `max_tokens` the most
     new tokens per row (a verify pass: 1 + k_max, or 1 + a tree's nodes). `graphs=True`
     (CUDA only) captures each bucket on first use; otherwise buffers run eagerly.
+
+    `fuse` picks the layer stack: the model's own (`Transformer.run_layers`, False), the
+    compiled one of `specdec.models.fused_layers` (True), or, by default (None), with
+    graphs, a race: the first bucket captured for a model times each candidate (the
+    model's own, the fused, and on CUDA the fused with SDPA's memory-efficient attention
+    instead of cuDNN's) and keeps the fastest, as the CPU kernels are chosen, and every
+    later pass of that model runs the same stack. One stack per model keeps its rounding
+    the same in every bucket: bf16 differs between the stacks, and a model drafting for
+    itself must agree with its own verify passes. Without graphs None is the model's own
+    stack; where the fused one cannot run (quantized layers) or fails to compile, too.
     """
 
     def __init__(
@@ -259,6 +279,7 @@ class StaticPasses:
         max_tokens: int,
         graphs: bool = False,
         min_span: int = MIN_SPAN,
+        fuse: bool | None = None,
     ) -> None:
         if max_rows > cache.max_batch:
             raise ValueError(f"max_rows {max_rows} exceeds the cache's {cache.max_batch} rows")
@@ -274,6 +295,10 @@ class StaticPasses:
         # and keeping one set per captured graph would multiply that by the spans.
         self._outputs: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._pool = None
+        self.fuse = (graphs if fuse is None else fuse) and fused_layers_apply(model)
+        self.race = fuse is None and self.fuse  # time the candidate stacks (once per model)
+        self.stacks: dict[Bucket, str] = {}  # the stack each bucket runs (`_stacks`' names)
+        self.race_ms: dict[str, float] = {}  # the race's replay times, ms, by stack
 
     def bucket(self, rows: int, tokens: int, span: int, logits: int) -> Bucket:
         """The bucket a call of `rows` x `tokens` new tokens attending `span` keys takes."""
@@ -320,21 +345,57 @@ class StaticPasses:
         """The bucket's buffers and pass, captured on its first call."""
         if bucket not in self._passes:
             buffers = PassBuffers(bucket, self.model.device, self.cache.scratch_slot)
-            replay = Replay(lambda: self._forward(buffers), self.graphs, self._pool)
-            self._pool = self._pool or replay.pool
-            self._passes[bucket] = buffers, replay
+            replays = {}
+            for name, stack in self._stacks().items():
+                try:
+                    replays[name] = Replay(
+                        lambda stack=stack: self._forward(buffers, stack), self.graphs, self._pool
+                    )
+                except Exception as error:  # a compiler failure: the model's own stack runs
+                    if name == "eager" or not self.race:
+                        raise
+                    warnings.warn(f"{name} layers failed ({error!r})", stacklevel=2)
+                    continue
+                self._pool = self._pool or replays[name].pool
+            name = next(iter(replays))
+            if len(replays) > 1:
+                self.race_ms = _replay_ms(replays)
+                name = min(self.race_ms, key=self.race_ms.get)
+            if self.race:
+                _chosen_stack[self.model] = name
+            self._passes[bucket] = buffers, replays[name]
+            self.stacks[bucket] = name
         return self._passes[bucket]
 
-    def _forward(self, b: PassBuffers) -> tuple[torch.Tensor, torch.Tensor]:
+    def _stacks(self) -> dict[str, Callable]:
+        """The layer stacks a new bucket may run, by name: the one already chosen for this
+        model, the one `fuse` forces, or the candidates of a race."""
+        eager = {"eager": Transformer.run_layers}
+        if not self.fuse:
+            return eager
+        fused = {"fused": run_fused_layers}
+        if self.model.device.type == "cuda":  # cuDNN's attention is SDPA's pick with a mask
+            efficient = functools.partial(run_fused_layers, attention=EFFICIENT_ATTENTION)
+            fused["fused, efficient attention"] = efficient
+        if not self.race:
+            return {"fused": run_fused_layers}
+        candidates = fused | eager
+        chosen = _chosen_stack.get(self.model)
+        return candidates if chosen is None else {chosen: candidates[chosen]}
+
+    def _forward(
+        self, b: PassBuffers, run_layers: Callable = Transformer.run_layers
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The pass over the buffers: every shape fixed by the bucket, no host reads.
-        Returns logits `[R, n or T, V]` and hidden `[R, T, H]`."""
+        `run_layers` is the layer stack (`Transformer.run_layers`'s signature). Returns
+        logits `[R, n or T, V]` and hidden `[R, T, H]`."""
         model, bucket = self.model, b.bucket
         window = model.config.sliding_window
         mask = static_mask(b.lengths, b.num_new, b.offsets, b.visible, bucket.span, window)
         cos, sin = model._rope(b.lengths[:, None] + b.offsets)  # [R, T, 1, D]
         rows = slice(0, bucket.rows)
-        hidden = model.run_layers(
-            b.tokens, self.cache, rows, cos, sin, (b.rows, b.slots), bucket.span, mask
+        hidden = run_layers(
+            model, b.tokens, self.cache, rows, cos, sin, (b.rows, b.slots), bucket.span, mask
         )
         logits = model.head(hidden, b.logits_at)
         if not self.graphs:
@@ -346,6 +407,36 @@ class StaticPasses:
         out_logits.copy_(logits)
         out_hidden.copy_(hidden)
         return out_logits, out_hidden
+
+
+def _replay_ms(replays: dict[str, Replay]) -> dict[str, float]:
+    """Milliseconds a replay of each takes: the median of alternating rounds of
+    `CHOICE_REPLAYS` replays on the device's clock (CPU: the wall clock). Replays here run
+    on idle buffers, whose writes go to the scratch slot. Counted as capture time."""
+    global _captured_s
+    started = time.perf_counter()
+    on_cuda = torch.cuda.is_available() and any(r.graph is not None for r in replays.values())
+    rounds: dict[str, list[float]] = {name: [] for name in replays}
+    for _ in range(CHOICE_ROUNDS):
+        for name, replay in replays.items():
+            replay()  # a warm replay first
+            if on_cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
+                start.record()
+            t0 = time.perf_counter()
+            for _ in range(CHOICE_REPLAYS):
+                replay()
+            if on_cuda:
+                end.record()
+                end.synchronize()
+                rounds[name].append(start.elapsed_time(end) / 1e3)
+            else:
+                rounds[name].append(time.perf_counter() - t0)
+    _captured_s += time.perf_counter() - started
+    return {
+        name: sorted(times)[len(times) // 2] / CHOICE_REPLAYS * 1e3
+        for name, times in rounds.items()
+    }
 
 
 class StaticHeads:

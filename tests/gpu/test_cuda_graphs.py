@@ -7,6 +7,8 @@ drafting replay captured graphs emits exactly what the eager engine (`cuda_graph
 emits, step for step, for every drafter, trees, and rows joining and leaving (every batch
 size picks its bucket); a graph-replayed forward matches the eager forward's logits; and
 speculative sampling with graphs on passes the chi-square test against plain sampling.
+By default each bucket runs the faster of the model's layers and the compiled ones
+(`specdec.models.fused_layers`); the fused stack is also forced and checked on its own.
 
 Run on a GPU machine: `make test-gpu` (or `pytest tests/gpu`).
 """
@@ -79,7 +81,7 @@ def _drafters(models, graphs: bool):
     }
 
 
-def _engine(models, tokenizer, name, graphs, max_batch, acceptor):
+def _engine(models, tokenizer, name, graphs, max_batch, acceptor, fuse=None):
     factory, window, nodes = _drafters(models, graphs)[name]
     return Engine(
         models[0],
@@ -93,6 +95,7 @@ def _engine(models, tokenizer, name, graphs, max_batch, acceptor):
         max_tree_nodes=nodes,
         static_passes=graphs,
         cuda_graphs=graphs,
+        fuse_layers=fuse,
     )
 
 
@@ -120,6 +123,21 @@ def test_graph_replay_equals_eager(models, tokenizer, name, max_batch, acceptor)
     assert runs[True] == runs[False]
 
 
+@pytest.mark.parametrize("name", ["plain", "draft k=6", "heads tree", "n-gram k=3"])
+def test_fused_layers_replay_equals_eager(models, tokenizer, name):
+    """The target's passes forced through the compiled layers (`fuse_layers=True`; by
+    default each bucket races them against the model's own), greedy, fp32."""
+    params = [SamplingParams(temperature=0, max_tokens=n) for n in LENGTHS]
+    runs = {}
+    for graphs in (False, True):
+        fuse = True if graphs else None
+        engine = _engine(models, tokenizer, name, graphs, 3, GreedyAcceptor(), fuse)
+        runs[graphs] = [(s.output_ids, s.trace) for s in staggered(engine, PROMPTS, params)]
+        if graphs:
+            assert _captured(engine) and set(engine._target.stacks.values()) == {"fused"}
+    assert runs[True] == runs[False]
+
+
 def test_graphs_are_the_default_on_cuda(models, tokenizer):
     engine = Engine(models[0], tokenizer, frozenset())
     out = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=8))
@@ -132,13 +150,14 @@ def test_graphs_are_the_default_on_cuda(models, tokenizer):
 
 
 @torch.inference_mode()
-def test_replayed_forward_matches_eager_logits(models):
+@pytest.mark.parametrize("fuse", [False, True], ids=["model layers", "fused layers"])
+def test_replayed_forward_matches_eager_logits(models, fuse):
     target = models[0]
     eager, static = target.new_cache(4, 64), target.new_cache(4, 64)
     for cache in (eager, static):
         for row, prompt in enumerate(PROMPTS[:3]):
             target(torch.tensor([prompt], device=CUDA), cache, first_row=row)
-    passes = StaticPasses(target, static, 4, 5, graphs=True)
+    passes = StaticPasses(target, static, 4, 5, graphs=True, fuse=fuse)
     for step in range(6):  # the first call captures, the rest replay
         tokens = torch.randint(0, 97, (3, 5), device=CUDA)
         num_new = torch.tensor([5, 2 + step % 3, 1])
@@ -150,6 +169,7 @@ def test_replayed_forward_matches_eager_logits(models):
         eager.truncate(eager.lengths[:3] - 1)
         static.truncate(static.lengths[:3] - 1)
     assert all(replay.graph is not None for _, replay in passes._passes.values())
+    assert set(passes.stacks.values()) == {"fused" if fuse else "eager"}
 
 
 def test_speculative_sampling_distribution_with_graphs(tokenizer):

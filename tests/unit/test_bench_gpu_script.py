@@ -33,3 +33,14 @@ def test_default_pair_shapes_are_the_published_configs(script):
     assert round(decode_bytes(target) / 1e9, 2) == 3.09
     assert (draft.num_layers, draft.hidden_size, draft.num_heads) == (24, 896, 14)
     assert target.vocab_size == draft.vocab_size == 151936
+
+
+def test_pass_profile_counts_kernels_of_both_layer_stacks(script):
+    """scripts/gpu_pass_profile.py runs on the CPU (operators stand in for kernels)."""
+    result = script("gpu_pass_profile").main(["--device", "cpu", "--quick", "--top", "2"])
+    for model in ("target", "draft"):
+        for stack in ("model", "fused"):
+            for tokens in ("1 token(s)", "9 token(s)"):
+                figures = result[f"{model} {stack} layers, {tokens}"]
+                assert figures["kernels"] > 0 and figures["device_us"] > 0
+                assert len(figures["top"]) == 2

@@ -1,15 +1,24 @@
 """Fixed-shape passes (`specdec.models.static_pass`) on the CPU: the bucket choice, the
 padding masks, in-place buffers, and the same logits and cache contents as the eager
-`Transformer.forward` for decode, ragged verify, tree verify and padded rows."""
+`Transformer.forward` for decode, ragged verify, tree verify and padded rows, with the
+model's own layers and with the compiled ones (`specdec.models.fused_layers`, fp32)."""
+
+import copy
+import time
 
 import pytest
 import torch
 
+from specdec.models.fused_layers import fused_layers_apply
+from specdec.models.quant import quantize
 from specdec.models.static_pass import (
     Bucket,
     PassBuffers,
+    Replay,
     StaticHeads,
     StaticPasses,
+    _chosen_stack,
+    _replay_ms,
     bucket_sizes,
     capture_seconds,
     pick,
@@ -117,9 +126,10 @@ def _assert_same_cache(a, b, rows):
 
 
 @torch.inference_mode()
-def test_decode_and_ragged_verify_equal_eager(model):
+@pytest.mark.parametrize("fuse", [False, True], ids=["model layers", "fused layers"])
+def test_decode_and_ragged_verify_equal_eager(model, fuse):
     eager, static = _pair(model)
-    passes = StaticPasses(model, static, 4, 6, min_span=16)
+    passes = StaticPasses(model, static, 4, 6, min_span=16, fuse=fuse)
     calls = [
         (torch.tensor([[7], [8], [9]]), None),  # decode: one token per row
         (torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]), torch.tensor([4, 2, 1])),
@@ -139,6 +149,7 @@ def test_decode_and_ragged_verify_equal_eager(model):
         _assert_same_cache(eager, static, B)
         eager.truncate(eager.lengths[:B] - 1)  # roll back like a rejected draft
         static.truncate(static.lengths[:B] - 1)
+    assert set(passes.stacks.values()) == {"fused" if fuse else "eager"}
 
 
 @torch.inference_mode()
@@ -153,9 +164,10 @@ def test_logits_at_equals_eager(model):
 
 
 @torch.inference_mode()
-def test_tree_verify_equals_eager(model):
+@pytest.mark.parametrize("fuse", [False, True], ids=["model layers", "fused layers"])
+def test_tree_verify_equals_eager(model, fuse):
     eager, static = _pair(model)
-    passes = StaticPasses(model, static, 4, 6, min_span=16)
+    passes = StaticPasses(model, static, 4, 6, min_span=16, fuse=fuse)
     # root + 3 nodes: 0 -> {1, 2}, 1 -> 3; row 1 has only root + 1 node
     offsets = torch.tensor([[0, 1, 1, 2], [0, 1, 1, 2], [0, 1, 2, 3]])
     visible = torch.zeros(3, 4, 4, dtype=torch.bool)
@@ -271,3 +283,68 @@ def test_graph_outputs_are_shared_across_spans(model):
         outs.append(passes._forward(buffers))
     assert outs[0][0] is outs[1][0] and outs[0][1] is outs[1][1]
     assert outs[0][0].shape == (2, 2, model.config.vocab_size)
+
+
+def test_fused_layers_run_only_on_dense_layers_and_by_default_only_with_graphs(model):
+    """Quantized layers have their own kernels: the fused stack (plain `F.linear`) would
+    compute another model. Without graphs the default is the model's own layers."""
+    assert fused_layers_apply(model)
+    cache = model.new_cache(2, MAX_LEN)
+    assert not StaticPasses(model, cache, 2, 2).fuse
+    assert StaticPasses(model, cache, 2, 2, fuse=True).fuse
+    int4 = quantize(copy.deepcopy(model), "int4") if model.config.hidden_size % 64 == 0 else None
+    if int4 is not None:
+        assert not fused_layers_apply(int4)
+        assert not StaticPasses(int4, int4.new_cache(2, MAX_LEN), 2, 2, fuse=True).fuse
+
+
+def test_the_faster_replay_wins():
+    """Two layer stacks race per bucket; the one whose replays take less time is kept."""
+    fast = Replay(lambda: None, graphs=False)
+    slow = Replay(lambda: time.sleep(0.002), graphs=False)
+    times = _replay_ms({"fused": slow, "eager": fast})
+    assert set(times) == {"fused", "eager"} and times["eager"] < 1 < 2 <= times["fused"]
+
+
+@torch.inference_mode()
+def test_a_race_decides_once_per_model(model):
+    """With graphs (on CUDA) the first bucket races the stacks; every later pass of the
+    same model runs the winner, so its rounding is the same in every bucket. The race is
+    forced here on the CPU, where it runs the buffers eagerly."""
+    _chosen_stack.pop(model, None)
+    first_cache, second_cache = model.new_cache(4, MAX_LEN), model.new_cache(4, MAX_LEN)
+    first = StaticPasses(model, first_cache, 4, 6)
+    first.fuse = first.race = True  # what graphs set on CUDA
+    assert set(first._stacks()) == {"fused", "eager"}
+    first(torch.tensor([[1], [2], [3]]), first_cache)
+    chosen = _chosen_stack[model]
+    assert first.stacks == {first.bucket(3, 1, 1, 0): chosen}
+    assert set(first.race_ms) == {"fused", "eager"} and chosen == min(
+        first.race_ms, key=first.race_ms.get
+    )
+    second = StaticPasses(model, second_cache, 4, 6)
+    second.fuse = second.race = True
+    second(torch.tensor([[1, 2, 3, 4]] * 3), second_cache)
+    assert set(second.stacks.values()) == {chosen} and set(second._stacks()) == {chosen}
+    _chosen_stack.pop(model, None)
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("fuse", [False, True], ids=["model layers", "fused layers"])
+def test_bf16_passes_score_a_token_the_same_whatever_their_width(fuse):
+    """Five 1-token passes and one 5-token pass give bitwise the same bf16 logits, so a
+    model drafting for itself (1-2 token steps) agrees with its own verify passes. The
+    fused stack broke this until it kept every cast the eager code makes (inductor held
+    some bf16 intermediates in fp32, differently per shape); on an H200 the symptom was
+    a self-drafting bf16 engine rejecting its own drafts."""
+    hf = hf_tiny("llama")
+    model = native_from_hf(hf, torch.bfloat16)
+    caches = model.new_cache(1, MAX_LEN), model.new_cache(1, MAX_LEN)
+    for cache in caches:
+        model(torch.tensor([[5, 17, 42, 8, 9, 10]]), cache)
+    narrow = StaticPasses(model, caches[0], 1, 5, min_span=16, fuse=fuse)
+    wide = StaticPasses(model, caches[1], 1, 5, min_span=16, fuse=fuse)
+    tokens = [11, 12, 13, 14, 15]
+    one_by_one = torch.stack([narrow(torch.tensor([[t]]), caches[0]).logits[0, 0] for t in tokens])
+    at_once = wide(torch.tensor([tokens]), caches[1]).logits[0]
+    assert torch.equal(one_by_one, at_once)
