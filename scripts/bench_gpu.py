@@ -125,7 +125,7 @@ def _prompts(batch: int, length: int, vocab: int, seed: int = 0) -> list[list[in
     return torch.randint(0, vocab, (batch, length), generator=g).tolist()
 
 
-def plain_tokens_per_s(model, batch: int, args, graphs: bool, fuse: bool | None) -> tuple:
+def plain_tokens_per_s(model, batch: int, args, graphs: bool) -> tuple:
     """Greedy plain decoding of `--new-tokens` per row at `batch` rows: decode-phase
     tokens/s (the engine's prefill time taken out), the best of `--repeats` after a
     warm-up run (which captures the graphs of every bucket the run meets); and the layer
@@ -137,7 +137,6 @@ def plain_tokens_per_s(model, batch: int, args, graphs: bool, fuse: bool | None)
         max_batch=batch,
         static_passes=graphs,
         cuda_graphs=graphs,
-        fuse_layers=fuse,
     )
     prompts = _prompts(batch, args.prompt_len, model.config.vocab_size)
     params = SamplingParams(temperature=0, max_tokens=args.new_tokens, ignore_eos=True)
@@ -155,15 +154,10 @@ def plain_tokens_per_s(model, batch: int, args, graphs: bool, fuse: bool | None)
     return max(rates), sorted({f"{b.rows}x{b.tokens}: {name}" for b, name in stacks.items()})
 
 
-def pass_costs(target, draft, args, graphs: bool, fuse: bool | None) -> dict:
+def pass_costs(target, draft, args, graphs: bool) -> dict:
     """Seconds of target passes of 1..9 tokens and of a draft step, batch 1, after
     `--context` tokens, on wall time; v(k) and c from them."""
-    opts = {
-        "static_passes": graphs,
-        "cuda_graphs": graphs,
-        "clock": time.perf_counter,
-        "fuse_layers": fuse,
-    }
+    opts = {"static_passes": graphs, "cuda_graphs": graphs, "clock": time.perf_counter}
     widths = tuple(range(1, 10))
     verify = forward_seconds(target, 1, widths, args.context, args.repeats, **opts)
     draft_s = forward_seconds(draft, 1, (1,), args.context, args.repeats, **opts)[1]
@@ -238,13 +232,14 @@ def bars(result: dict) -> dict:
     }
 
 
-# The modes measured: (result key, CUDA graphs, `fuse_layers`). "graphs_on" is what the
-# engine runs by default (each bucket the faster of the eager and the fused layer stacks);
-# "graphs_on_eager_layers" is graphs with the model's own layers only (stop 39's engine).
+# The modes measured: (result key, CUDA graphs, the models' `layer_stack`). "graphs_on"
+# is what the engine runs by default (the faster of the model's layers and the fused ones,
+# raced at the first capture); "graphs_on_eager_layers" is graphs with the model's own
+# layers only (stop 39's engine).
 MODES = (
     ("graphs_on", True, None),
-    ("graphs_on_eager_layers", True, False),
-    ("graphs_off", False, False),
+    ("graphs_on_eager_layers", True, "eager"),
+    ("graphs_off", False, "eager"),
 )
 
 
@@ -253,16 +248,17 @@ def measure(target, draft, hf, args, device) -> dict:
     modes = MODES if device.type == "cuda" else MODES[2:]  # graphs exist on CUDA only
     modes = [mode for mode in modes if mode[0] in args.modes or not args.modes]
     if args.static_on_cpu and device.type != "cuda":
-        modes = (("graphs_on", True, False), *MODES[2:])  # static buffers, run eagerly
-    for key, graphs, fuse in modes:
+        modes = (("graphs_on", True, "eager"), *MODES[2:])  # static buffers, run eagerly
+    for key, graphs, stack in modes:
+        target.layer_stack = draft.layer_stack = stack
         plain, stacks = {}, {}
         for b in args.batches:
-            rate, stacks[str(b)] = plain_tokens_per_s(target, b, args, graphs, fuse)
+            rate, stacks[str(b)] = plain_tokens_per_s(target, b, args, graphs)
             plain[str(b)] = round(rate, 2)
         print(f"[{key}] plain tok/s by batch: {plain}", flush=True)
         if any(stacks.values()):
             print(f"[{key}] layer stack per captured bucket: {stacks}", flush=True)
-        costs = pass_costs(target, draft, args, graphs, fuse)
+        costs = pass_costs(target, draft, args, graphs)
         print(
             f"[{key}] target step {costs['target_step_ms']} ms, draft step "
             f"{costs['draft_step_ms']} ms, c = {costs['c']}, v(k) = {costs['v']}",

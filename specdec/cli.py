@@ -91,6 +91,11 @@ def _model_args(p) -> None:
         help="on a GPU, run every pass eagerly instead of replaying CUDA graphs",
     )
     p.add_argument(
+        "--no-fused-layers",
+        action="store_true",
+        help="on a GPU, replay the model's own layers, never the compiled (fused) ones",
+    )
+    p.add_argument(
         "--prefix-cache",
         type=int,
         default=4096,
@@ -360,6 +365,7 @@ def _load(args, **engine_args):
         learn_config=_learn_config(args),
         learn_heads=args.learn_heads,
         cuda_graphs=not args.no_cuda_graphs,
+        fused_layers=not args.no_fused_layers,
         prefix_cache_tokens=args.prefix_cache,
         **engine_args,
     )

@@ -141,8 +141,8 @@ class Engine:
     `cuda_graphs` captures them as CUDA graphs. Both default to on for a CUDA model and
     off on the CPU, where the eager pass is unchanged (`cuda_graphs` is ignored there;
     `static_passes=True` runs the buffered path eagerly, which is how CPU tests check it).
-    `fuse_layers` is `StaticPasses`' `fuse`: by default, with graphs, each bucket runs the
-    faster of the model's layers and the compiled ones (`specdec.models.fused_layers`).
+    With graphs the passes run the model's `layer_stack`: by default the faster of its
+    own layers and the compiled ones (`specdec.models.fused_layers`), raced at capture.
     """
 
     def __init__(
@@ -160,7 +160,6 @@ class Engine:
         static_passes: bool | None = None,
         cuda_graphs: bool | None = None,
         prefix_cache_tokens: int = 0,
-        fuse_layers: bool | None = None,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
@@ -216,7 +215,6 @@ class Engine:
         self.static_passes, self.cuda_graphs = use_static_passes(
             model.device, static_passes, cuda_graphs
         )
-        self.fuse_layers = fuse_layers
         # The target's decode/verify pass: the model itself, or `StaticPasses` over the
         # current cache (chosen once per cache, in `_ensure_cache`).
         self._target = model
@@ -396,12 +394,7 @@ class Engine:
         self._cache = self.model.new_cache(rows, length)
         if self.static_passes:
             self._target = StaticPasses(
-                self.model,
-                self._cache,
-                rows,
-                self.headroom - 1,
-                graphs=self.cuda_graphs,
-                fuse=self.fuse_layers,
+                self.model, self._cache, rows, self.headroom - 1, graphs=self.cuda_graphs
             )
         if self.drafter_factory is not None:
             self._drafter = self.drafter_factory(rows, length)

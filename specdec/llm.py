@@ -91,6 +91,10 @@ class LLM:
         bucket of (rows, tokens per row) (`specdec.models.static_pass`); False is the
         eager fallback (`--no-cuda-graphs`). Ignored on the CPU, whose passes stay eager,
         and under tensor parallelism (not captured yet).
+    fused_layers: with CUDA graphs (default on), the target's and the draft model's
+        passes may run their layers compiled by TorchInductor (`specdec.models.
+        fused_layers`): the first capture races them against the model's own layers and
+        keeps the faster. False keeps the model's own (`--no-fused-layers`).
     prefix_cache_tokens: positions of recent prompts' and finished requests' keys and
         values kept for reuse (default 4096; 0 = off): a request starting like one of them
         (a shared system turn, an earlier turn of the conversation) prefills only the rest,
@@ -122,6 +126,7 @@ class LLM:
         learn_heads: int = 3,
         cuda_graphs: bool = True,
         prefix_cache_tokens: int = 4096,
+        fused_layers: bool = True,
     ) -> None:
         from specdec.models.registry import gguf_source, resolve
 
@@ -173,6 +178,8 @@ class LLM:
         self.model = _tuned(
             quantize(load_transformer(path, dtype, torch.device(device), tp=self.tp), quant, source)
         )
+        self.layer_stack = None if fused_layers else "eager"  # raced at the first capture
+        self.model.layer_stack = self.layer_stack
         self.quant = quant
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
@@ -302,6 +309,7 @@ class LLM:
             ids = frequent_ids(self.tokenizer, self.draft_vocab, usable, keep=self.eos_ids)
             prune_vocab_head(draft_model, ids)
         self.draft_model = _tuned(draft_model)
+        self.draft_model.layer_stack = self.layer_stack
         return lambda max_batch, max_len: DraftModelDrafter(
             self.draft_model, vocab, tok_size, max_batch, max_len, vocab=ids,
             **self.engine_options,

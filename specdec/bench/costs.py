@@ -39,7 +39,6 @@ def forward_seconds(
     clock: Callable[[], float] | None = None,
     static_passes: bool = False,
     cuda_graphs: bool = False,
-    fuse_layers: bool | None = None,
 ) -> dict[int, float]:
     """{T: seconds of one pass of T tokens on each of `rows` rows after `context`
     committed positions} for every T in `widths` (logits at every position, as a verify
@@ -50,12 +49,12 @@ def forward_seconds(
     cheaper than a plain step). `work(logits)` runs inside the timing: what a step does
     with the logits. `clock`: `cost_clock(model)` unless given. `static_passes` times the
     engine's fixed-shape passes (`cuda_graphs`: replayed graphs, captured in the warm-up),
-    as an engine with those options runs them (`fuse_layers`: `StaticPasses`' `fuse`)."""
+    as an engine with those options runs them."""
     cache = model.new_cache(rows, context + max(widths) + 1)
     forward = model
     static, graphs = use_static_passes(model.device, static_passes, cuda_graphs)
     if static:
-        forward = StaticPasses(model, cache, rows, max(widths), graphs=graphs, fuse=fuse_layers)
+        forward = StaticPasses(model, cache, rows, max(widths), graphs=graphs)
     cache.advance(torch.full((rows,), context, dtype=torch.long), slice(0, rows))
     start = cache.lengths[:rows].clone()
     vocab_limit = min(1000, model.config.vocab_size)

@@ -38,7 +38,6 @@ import functools
 import gc
 import time
 import warnings
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,8 +54,6 @@ CHOICE_ROUNDS = 3  # alternating rounds of them (the faster median round decides
 MIN_SPAN = 256  # the smallest key span bucket: below it attention is a rounding error
 _captured_s = 0.0  # seconds this process spent warming up and capturing graphs
 EFFICIENT_ATTENTION = [SDPBackend.EFFICIENT_ATTENTION]  # a list: sdpa_kernel refuses tuples
-# The layer stack each model's race chose (`StaticPasses._stacks`), for its later passes.
-_chosen_stack: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def capture_seconds() -> float:
@@ -260,15 +257,15 @@ class StaticPasses:
     new tokens per row (a verify pass: 1 + k_max, or 1 + a tree's nodes). `graphs=True`
     (CUDA only) captures each bucket on first use; otherwise buffers run eagerly.
 
-    `fuse` picks the layer stack: the model's own (`Transformer.run_layers`, False), the
-    compiled one of `specdec.models.fused_layers` (True), or, by default (None), with
-    graphs, a race: the first bucket captured for a model times each candidate (the
-    model's own, the fused, and on CUDA the fused with SDPA's memory-efficient attention
-    instead of cuDNN's) and keeps the fastest, as the CPU kernels are chosen, and every
-    later pass of that model runs the same stack. One stack per model keeps its rounding
-    the same in every bucket: bf16 differs between the stacks, and a model drafting for
-    itself must agree with its own verify passes. Without graphs None is the model's own
-    stack; where the fused one cannot run (quantized layers) or fails to compile, too.
+    `fuse` forces the layer stack: the model's own (`Transformer.run_layers`, False) or
+    the compiled one of `specdec.models.fused_layers` (True). By default (None), with
+    graphs, the model's `layer_stack` decides, and where that is None a race does: the
+    first bucket captured times each candidate (the model's own, the fused, and on CUDA
+    the fused with SDPA's memory-efficient attention instead of cuDNN's), keeps the
+    fastest, as the CPU kernels are chosen, and records it as the model's `layer_stack`
+    for every later pass. One stack per model keeps its rounding the same in every
+    bucket. Without graphs the default is the model's own stack; so it is where the fused
+    one cannot run (quantized layers) or fails to compile.
     """
 
     def __init__(
@@ -295,8 +292,10 @@ class StaticPasses:
         # and keeping one set per captured graph would multiply that by the spans.
         self._outputs: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._pool = None
-        self.fuse = (graphs if fuse is None else fuse) and fused_layers_apply(model)
-        self.race = fuse is None and self.fuse  # time the candidate stacks (once per model)
+        stack = model.layer_stack if fuse is None else None
+        self.fuse = bool(fuse if fuse is not None else graphs and stack != "eager")
+        self.fuse = self.fuse and fused_layers_apply(model)
+        self.race = fuse is None and self.fuse  # the model's stack, or a race to choose it
         self.stacks: dict[Bucket, str] = {}  # the stack each bucket runs (`_stacks`' names)
         self.race_ms: dict[str, float] = {}  # the race's replay times, ms, by stack
 
@@ -362,25 +361,25 @@ class StaticPasses:
                 self.race_ms = _replay_ms(replays)
                 name = min(self.race_ms, key=self.race_ms.get)
             if self.race:
-                _chosen_stack[self.model] = name
+                self.model.layer_stack = name
             self._passes[bucket] = buffers, replays[name]
             self.stacks[bucket] = name
         return self._passes[bucket]
 
     def _stacks(self) -> dict[str, Callable]:
-        """The layer stacks a new bucket may run, by name: the one already chosen for this
-        model, the one `fuse` forces, or the candidates of a race."""
-        eager = {"eager": Transformer.run_layers}
-        if not self.fuse:
-            return eager
-        fused = {"fused": run_fused_layers}
-        if self.model.device.type == "cuda":  # cuDNN's attention is SDPA's pick with a mask
-            efficient = functools.partial(run_fused_layers, attention=EFFICIENT_ATTENTION)
-            fused["fused, efficient attention"] = efficient
+        """The layer stacks a new bucket may run, by name: the one `fuse` forces, the one
+        the model runs (`Transformer.layer_stack`), or, where that is None, the
+        candidates of a race."""
+        candidates = {"eager": Transformer.run_layers}
+        if self.fuse:
+            candidates["fused"] = run_fused_layers
+            if self.model.device.type == "cuda":  # with a mask SDPA picks cuDNN's kernel
+                efficient = functools.partial(run_fused_layers, attention=EFFICIENT_ATTENTION)
+                candidates["fused, efficient attention"] = efficient
         if not self.race:
-            return {"fused": run_fused_layers}
-        candidates = fused | eager
-        chosen = _chosen_stack.get(self.model)
+            name = "fused" if self.fuse else "eager"
+            return {name: candidates[name]}
+        chosen = self.model.layer_stack
         return candidates if chosen is None else {chosen: candidates[chosen]}
 
     def _forward(

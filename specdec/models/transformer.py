@@ -204,6 +204,11 @@ class Transformer(nn.Module):
         # kernel serves): the native stack that runs the layers of small steps in one call
         # (`specdec.models.decode_stack`).
         self.decode_stack = None
+        # The layer stack this model's fixed-shape passes run (`static_pass.StaticPasses`):
+        # "eager" (`run_layers`), "fused" (`specdec.models.fused_layers`), or None: the
+        # first bucket captured races them and sets the winner here. `--no-fused-layers`
+        # sets "eager".
+        self.layer_stack: str | None = None
 
     @property
     def device(self) -> torch.device:

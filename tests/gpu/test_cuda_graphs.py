@@ -7,8 +7,9 @@ drafting replay captured graphs emits exactly what the eager engine (`cuda_graph
 emits, step for step, for every drafter, trees, and rows joining and leaving (every batch
 size picks its bucket); a graph-replayed forward matches the eager forward's logits; and
 speculative sampling with graphs on passes the chi-square test against plain sampling.
-By default each bucket runs the faster of the model's layers and the compiled ones
-(`specdec.models.fused_layers`); the fused stack is also forced and checked on its own.
+By default a model's passes run the faster of its own layers and the compiled ones
+(`specdec.models.fused_layers`), raced at the first capture; each fused stack is also
+forced and checked on its own.
 
 Run on a GPU machine: `make test-gpu` (or `pytest tests/gpu`).
 """
@@ -81,7 +82,7 @@ def _drafters(models, graphs: bool):
     }
 
 
-def _engine(models, tokenizer, name, graphs, max_batch, acceptor, fuse=None):
+def _engine(models, tokenizer, name, graphs, max_batch, acceptor):
     factory, window, nodes = _drafters(models, graphs)[name]
     return Engine(
         models[0],
@@ -95,7 +96,6 @@ def _engine(models, tokenizer, name, graphs, max_batch, acceptor, fuse=None):
         max_tree_nodes=nodes,
         static_passes=graphs,
         cuda_graphs=graphs,
-        fuse_layers=fuse,
     )
 
 
@@ -123,18 +123,23 @@ def test_graph_replay_equals_eager(models, tokenizer, name, max_batch, acceptor)
     assert runs[True] == runs[False]
 
 
+@pytest.mark.parametrize("stack", ["fused", "fused, efficient attention"])
 @pytest.mark.parametrize("name", ["plain", "draft k=6", "heads tree", "n-gram k=3"])
-def test_fused_layers_replay_equals_eager(models, tokenizer, name):
-    """The target's passes forced through the compiled layers (`fuse_layers=True`; by
-    default each bucket races them against the model's own), greedy, fp32."""
+def test_fused_layers_replay_equals_eager(models, tokenizer, name, stack):
+    """The models' passes forced through the compiled layers (`layer_stack`; by default
+    the first capture races them against the model's own), greedy, fp32."""
     params = [SamplingParams(temperature=0, max_tokens=n) for n in LENGTHS]
     runs = {}
-    for graphs in (False, True):
-        fuse = True if graphs else None
-        engine = _engine(models, tokenizer, name, graphs, 3, GreedyAcceptor(), fuse)
-        runs[graphs] = [(s.output_ids, s.trace) for s in staggered(engine, PROMPTS, params)]
-        if graphs:
-            assert _captured(engine) and set(engine._target.stacks.values()) == {"fused"}
+    saved = [model.layer_stack for model in models[:2]]
+    try:
+        for graphs in (False, True):
+            models[0].layer_stack = models[1].layer_stack = stack
+            engine = _engine(models, tokenizer, name, graphs, 3, GreedyAcceptor())
+            runs[graphs] = [(s.output_ids, s.trace) for s in staggered(engine, PROMPTS, params)]
+            if graphs:
+                assert _captured(engine) and set(engine._target.stacks.values()) == {stack}
+    finally:
+        models[0].layer_stack, models[1].layer_stack = saved
     assert runs[True] == runs[False]
 
 

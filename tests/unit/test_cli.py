@@ -247,6 +247,26 @@ def test_no_cuda_graphs_flag_parses(command):
     assert build_parser().parse_args([command, *argv]).no_cuda_graphs is False
 
 
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_no_fused_layers_flag_parses(command):
+    from specdec.cli import build_parser
+
+    argv = {"generate": ["--model", "m", "p"], "serve": ["--model", "m"]}[command]
+    assert build_parser().parse_args([command, *argv, "--no-fused-layers"]).no_fused_layers
+    assert not build_parser().parse_args([command, *argv]).no_fused_layers
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_fused_layers_option_sets_both_models_layer_stack(model_dir, fused):
+    """`--no-fused-layers` pins the target's and the draft model's passes to their own
+    layers; by default the first CUDA-graph capture races the stacks (None until then)."""
+    from specdec.llm import LLM
+
+    llm = LLM(str(model_dir), dtype="fp32", draft=str(model_dir), fused_layers=fused)
+    want = None if fused else "eager"
+    assert llm.model.layer_stack == want and llm.draft_model.layer_stack == want
+
+
 def test_no_cuda_graphs_is_ignored_on_the_cpu(model_dir, capsys):
     """On the CPU the passes are eager either way: the same output, flag or not."""
     outs = []

@@ -17,7 +17,6 @@ from specdec.models.static_pass import (
     Replay,
     StaticHeads,
     StaticPasses,
-    _chosen_stack,
     _replay_ms,
     bucket_sizes,
     capture_seconds,
@@ -308,25 +307,25 @@ def test_the_faster_replay_wins():
 
 @torch.inference_mode()
 def test_a_race_decides_once_per_model(model):
-    """With graphs (on CUDA) the first bucket races the stacks; every later pass of the
-    same model runs the winner, so its rounding is the same in every bucket. The race is
-    forced here on the CPU, where it runs the buffers eagerly."""
-    _chosen_stack.pop(model, None)
+    """With graphs (on CUDA) the first bucket races the stacks and records the winner as
+    the model's `layer_stack`; every later pass of the model runs it, so its rounding is
+    the same in every bucket. The race is forced here on the CPU, where it runs the
+    buffers eagerly."""
+    model.layer_stack = None
     first_cache, second_cache = model.new_cache(4, MAX_LEN), model.new_cache(4, MAX_LEN)
     first = StaticPasses(model, first_cache, 4, 6)
     first.fuse = first.race = True  # what graphs set on CUDA
     assert set(first._stacks()) == {"fused", "eager"}
     first(torch.tensor([[1], [2], [3]]), first_cache)
-    chosen = _chosen_stack[model]
+    chosen = model.layer_stack
     assert first.stacks == {first.bucket(3, 1, 1, 0): chosen}
-    assert set(first.race_ms) == {"fused", "eager"} and chosen == min(
-        first.race_ms, key=first.race_ms.get
-    )
+    assert set(first.race_ms) == {"fused", "eager"}
+    assert chosen == min(first.race_ms, key=first.race_ms.get)
     second = StaticPasses(model, second_cache, 4, 6)
     second.fuse = second.race = True
     second(torch.tensor([[1, 2, 3, 4]] * 3), second_cache)
     assert set(second.stacks.values()) == {chosen} and set(second._stacks()) == {chosen}
-    _chosen_stack.pop(model, None)
+    model.layer_stack = None
 
 
 @torch.inference_mode()
