@@ -80,6 +80,11 @@ CODE_ACCEPTANCE = (0.96, 0.90, 0.83, 0.79, 0.76, 0.73, 0.70, 0.68)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
+def pair_shapes(quick: bool) -> tuple[dict, dict]:
+    """The (target, draft) configs: the default pair's, or tiny ones for a smoke test."""
+    return (QUICK_TARGET, QUICK_DRAFT) if quick else (TARGET, DRAFT)
+
+
 class _NoText:
     """The engine decodes text only for stop strings and completions: none needed here."""
 
@@ -314,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict:
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     if device.type == "cuda":  # fp32 means fp32 (TF32 would round the matmul inputs)
         torch.backends.cuda.matmul.allow_tf32 = False
-    shapes = (QUICK_TARGET, QUICK_DRAFT) if args.quick else (TARGET, DRAFT)
+    shapes = pair_shapes(args.quick)
     hf, target = random_pair(shapes[0], dtype, device, seed=0)
     _, draft = random_pair(shapes[1], dtype, device, seed=1)
 

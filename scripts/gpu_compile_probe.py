@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from specdec.bench.costs import forward_seconds
+
+sys.path.insert(0, str(Path(__file__).parent))  # scripts/ is no package: its siblings
+from bench_gpu import pair_shapes, random_pair  # noqa: E402
 
 
 def main() -> None:
@@ -26,17 +31,8 @@ def main() -> None:
     ap.add_argument("--mode", default="default", help="torch.compile mode")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_gpu", "scripts/bench_gpu.py")
-    bench_gpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_gpu)
     device = torch.device(args.device)
-    shapes = (
-        (bench_gpu.QUICK_TARGET, bench_gpu.QUICK_DRAFT)
-        if args.quick
-        else (bench_gpu.TARGET, bench_gpu.DRAFT)
-    )
+    shapes = pair_shapes(args.quick)
     graphs = device.type == "cuda"
     context = 16 if args.quick else 256
     result = {
@@ -45,7 +41,7 @@ def main() -> None:
         "mode": args.mode,
     }
     for name, cfg, seed in (("target", shapes[0], 0), ("draft", shapes[1], 1)):
-        _, model = bench_gpu.random_pair(cfg, torch.bfloat16, device, seed)
+        _, model = random_pair(cfg, torch.bfloat16, device, seed)
         for compiled in (False, True):
             if compiled:
                 for layer in model.layers:

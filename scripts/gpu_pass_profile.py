@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from specdec.models.static_pass import StaticPasses
+
+sys.path.insert(0, str(Path(__file__).parent))  # scripts/ is no package: its siblings
+from bench_gpu import pair_shapes, random_pair  # noqa: E402
 
 
 def profile_pass(model, tokens_per_row: int, context: int, fuse: bool, top: int) -> dict:
@@ -102,21 +107,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--engine-tokens", type=int, default=64, help="host profile: 0 skips it")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_gpu", "scripts/bench_gpu.py")
-    bench_gpu = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_gpu)
     device = torch.device(args.device)
-    shapes = (
-        (bench_gpu.QUICK_TARGET, bench_gpu.QUICK_DRAFT)
-        if args.quick
-        else (bench_gpu.TARGET, bench_gpu.DRAFT)
-    )
+    shapes = pair_shapes(args.quick)
     context = 16 if args.quick else args.context
     result: dict = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
     for name, cfg, seed in (("target", shapes[0], 0), ("draft", shapes[1], 1)):
-        _, model = bench_gpu.random_pair(cfg, torch.bfloat16, device, seed)
+        _, model = random_pair(cfg, torch.bfloat16, device, seed)
         for fuse in (False, True):
             for tokens in (1, 9):
                 key = f"{name} {'fused' if fuse else 'model'} layers, {tokens} token(s)"
