@@ -50,7 +50,7 @@ from specdec.models.transformer import ForwardOutput, Transformer
 
 WARMUP_RUNS = 2  # eager runs on a side stream before capture (allocator, cuBLAS workspaces)
 CHOICE_REPLAYS = 10  # replays per timing when two layer stacks compete for a bucket
-CHOICE_ROUNDS = 3  # alternating rounds of them (the faster median round decides)
+CHOICE_ROUNDS = 3  # alternating rounds of them (each stack's median round is its time)
 MIN_SPAN = 256  # the smallest key span bucket: below it attention is a rounding error
 _captured_s = 0.0  # seconds this process spent warming up and capturing graphs
 EFFICIENT_ATTENTION = [SDPBackend.EFFICIENT_ATTENTION]  # a list: sdpa_kernel refuses tuples
@@ -347,15 +347,21 @@ class StaticPasses:
             replays = {}
             for name, stack in self._stacks().items():
                 try:
-                    replays[name] = Replay(
+                    replay = Replay(
                         lambda stack=stack: self._forward(buffers, stack), self.graphs, self._pool
                     )
+                    if self.race:  # run once (idle buffers): without graphs it compiles here
+                        replay()
+                    replays[name] = replay
                 except Exception as error:  # a compiler failure: the model's own stack runs
                     if name == "eager" or not self.race:
                         raise
                     warnings.warn(f"{name} layers failed ({error!r})", stacklevel=2)
                     continue
                 self._pool = self._pool or replays[name].pool
+            if not replays:  # the model's chosen stack failed on this bucket: its own runs
+                replays["eager"] = Replay(lambda: self._forward(buffers), self.graphs, self._pool)
+                self._pool = self._pool or replays["eager"].pool
             name = next(iter(replays))
             if len(replays) > 1:
                 self.race_ms = _replay_ms(replays)

@@ -347,3 +347,24 @@ def test_bf16_passes_score_a_token_the_same_whatever_their_width(fuse):
     one_by_one = torch.stack([narrow(torch.tensor([[t]]), caches[0]).logits[0, 0] for t in tokens])
     at_once = wide(torch.tensor([tokens]), caches[1]).logits[0]
     assert torch.equal(one_by_one, at_once)
+
+
+@torch.inference_mode()
+def test_a_stack_that_fails_to_compile_leaves_the_model_own_layers(model, monkeypatch):
+    """A compiler failure in a race (or later, in a bucket of a model whose race chose
+    the fused stack) is a warning: the model's own layers run that bucket."""
+    from specdec.models import static_pass
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(static_pass, "run_fused_layers", broken)
+    for chosen in (None, "fused"):
+        model.layer_stack = chosen
+        cache = model.new_cache(2, MAX_LEN)
+        passes = StaticPasses(model, cache, 2, 2)
+        passes.fuse = passes.race = True  # what graphs set on CUDA
+        with pytest.warns(UserWarning, match="fused layers failed"):
+            out = passes(torch.tensor([[1], [2]]), cache)
+        assert set(passes.stacks.values()) == {"eager"} and out.logits.shape[:2] == (2, 1)
+    model.layer_stack = None
