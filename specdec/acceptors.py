@@ -104,6 +104,13 @@ def _assemble(draft: Draft, num_accepted: torch.Tensor, last: torch.Tensor) -> V
     return Verdict(tokens=tokens, num_accepted=num_accepted)
 
 
+def _undrafted(emitted: torch.Tensor) -> Verdict:
+    """The verdict of an empty draft (k = 0, a plain step): the one token `emitted [B]`.
+    What `_assemble` builds from an empty draft, in two operators instead of a dozen (on
+    a GPU each is a launch while the device waits: a plain step's host time)."""
+    return Verdict(tokens=emitted[:, None], num_accepted=torch.zeros_like(emitted))
+
+
 def _q_at(draft: Draft, index: torch.Tensor, vocab: int) -> torch.Tensor:
     """q at position `index [B]` as a dense `[B, V]` (one-hot for a deterministic draft)."""
     if draft.probs is not None:
@@ -130,6 +137,8 @@ class RejectionSampler:
 
     def __call__(self, draft, target_probs, generators) -> Verdict:
         B, k = draft.tokens.shape
+        if k == 0:  # nothing to accept: a sample of p, as below with n = 0
+            return _undrafted(sample(target_probs[:, 0], generators))
         device = target_probs.device
         p_draft = target_probs[:, :k].gather(2, draft.tokens[..., None])[..., 0]  # [B, k]
         q_draft = _draft_token_probs(draft.probs, draft.tokens)  # [B, k]
@@ -161,6 +170,8 @@ class GreedyAcceptor:
 
     def __call__(self, draft, target_probs, generators) -> Verdict:
         k = draft.tokens.shape[1]
+        if k == 0:
+            return _undrafted(target_probs[:, 0].argmax(-1))
         best = target_probs.argmax(-1)  # [B, k+1]
         n = _first_rejection(draft.tokens == best[:, :k], draft.lengths)
         return _assemble(draft, n, best.gather(1, n[:, None])[:, 0])

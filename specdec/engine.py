@@ -478,8 +478,8 @@ class Engine:
         else:
             verdict, states = self._verify_chain(live, cache, draft, params, generators)
         accepted = verdict.num_accepted.cpu()
-        next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
         if drafter is not None:
+            next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
             drafter.commit(verdict.num_accepted, next_tokens)
             drafter.observe_pass(states)  # not in Algorithm 1: the target's kept states
         emitted = verdict.tokens.tolist()  # the one host sync of the step
@@ -564,9 +564,8 @@ class Engine:
         B, device = len(live), self.model.device
         last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
         start = cache.lengths[:B].clone()
-        out = self._target(
-            torch.cat([last, draft.tokens.to(device)], 1), cache, num_new=1 + draft.lengths
-        )
+        tokens = torch.cat([last, draft.tokens.to(device)], 1) if draft.k else last  # [B, k+1]
+        out = self._target(tokens, cache, num_new=1 + draft.lengths)
         if all(p.greedy for p in params) and type(self.acceptor) in _ARGMAX_WHEN_GREEDY:
             # p is one-hot at the argmax (and q at the draft token): both built-in lossless
             # acceptors keep a draft token while it is the argmax, then emit the argmax.
@@ -577,7 +576,6 @@ class Engine:
             target_probs = request_probs(out.logits, params)  # [B, k+1, V]
             verdict = self.acceptor(draft, target_probs, generators)
         cache.truncate(start + 1 + verdict.num_accepted.cpu())
-        tokens = torch.cat([last, draft.tokens.to(device)], 1)  # [B, k+1]
         return verdict, PassStates(tokens, out.hidden, 1 + verdict.num_accepted)
 
     def _verify_tree(self, live, cache, draft: TreeDraft, params, generators):

@@ -110,23 +110,34 @@ class PassBuffers:
 
     `fill` writes a call's values (padding everything past it); `idle` makes every row and
     token padding, which is what warm-up and capture run on (their writes go to scratch).
+
+    What changes every step (lengths, new-token counts, write slots) lives in one packed
+    buffer, so a call takes one host-to-device copy (with the token ids, two); the
+    positions and visibility of a chain are the same for every call of a bucket (below),
+    so they are copied only after a tree has replaced them.
     """
 
     def __init__(self, bucket: Bucket, device: torch.device, scratch_slot: int) -> None:
         R, T, n = bucket.rows, bucket.tokens, bucket.logits
-
-        def longs(*shape: int) -> torch.Tensor:
-            return torch.zeros(shape, dtype=torch.long, device=device)
-
         self.bucket, self.scratch_slot = bucket, scratch_slot
-        self.tokens = longs(R, T)  # [R, T] token ids
-        self.offsets = longs(R, T)  # [R, T] position offsets from the row's length
-        self.slots = longs(R, T)  # [R, T] cache slot each new token writes
-        self.lengths = longs(R)  # [R] committed tokens before the pass
-        self.num_new = longs(R)  # [R] real new tokens (0 for padding rows)
-        self.visible = torch.zeros(R, T, T, dtype=torch.bool, device=device)  # [R, T, T]
-        self.logits_at = longs(R, n) if n else None  # [R, n]
+        self.tokens = torch.zeros(R, T, dtype=torch.long, device=device)  # [R, T] token ids
+        self.packed = torch.zeros(R * (2 + T), dtype=torch.long, device=device)
+        self.lengths = self.packed[:R]  # [R] committed tokens before the pass
+        self.num_new = self.packed[R : 2 * R]  # [R] real new tokens (0 for padding rows)
+        self.slots = self.packed[2 * R :].view(R, T)  # [R, T] cache slot each token writes
+        # A chain's positions and visibility, whatever its rows and tokens: token t at
+        # offset t, seeing tokens 0..t. Entries past a row's new tokens (or of padding
+        # rows) are never read (`static_mask` keeps only real keys and queries).
+        self._chain = (
+            torch.arange(T).repeat(R, 1),  # [R, T]
+            torch.ones(T, T, dtype=torch.bool).tril().repeat(R, 1, 1),  # [R, T, T]
+        )
+        self.offsets = self._chain[0].to(device, copy=True)  # [R, T] offsets from the length
+        self.visible = self._chain[1].to(device, copy=True)  # [R, T, T]: t sees new token j
+        self.holds_chain = True
+        self.logits_at = torch.zeros(R, n, dtype=torch.long, device=device) if n else None  # [R, n]
         self.rows = torch.arange(R, device=device)[:, None]  # [R, 1] constant
+        self._steps = torch.arange(T)  # [T] host constant
         self.idle()
 
     def idle(self) -> None:
@@ -140,37 +151,31 @@ class PassBuffers:
         tokens: torch.Tensor,  # [B, t] on the device
         lengths: torch.Tensor,  # [B] host
         num_new: torch.Tensor,  # [B] host
-        offsets: torch.Tensor,  # [B, t] host
-        visible: torch.Tensor,  # [B, t, t] host bool
+        tree: tuple[torch.Tensor, torch.Tensor] | None,  # offsets [B, t], visible [B, t, t]
         logits_at: torch.Tensor | None,  # [B, n] (any device)
     ) -> None:
-        """Copy one call into the buffers, padding rows and tokens past it. The host-side
-        values are assembled at the bucket's full shape first, so each buffer takes one
-        `copy_` (padding rows keep length 0 and write to scratch)."""
+        """Copy one call into the buffers, padding rows and tokens past it (padding rows
+        keep length 0 and write to scratch). `tree=None` is a chain."""
         R, T = self.bucket.rows, self.bucket.tokens
         B, t = tokens.shape
         self.tokens[:B, :t].copy_(tokens)  # stale ids past t are valid ids: harmless
-        host_lengths = torch.zeros(R, dtype=torch.long)
-        host_lengths[:B] = lengths
-        host_new = torch.zeros(R, dtype=torch.long)
-        host_new[:B] = num_new
-        host_offsets = torch.arange(T).repeat(R, 1)  # [R, T]
-        host_offsets[:B, :t] = offsets
-        host_visible = torch.zeros(R, T, T, dtype=torch.bool)
-        host_visible[:B, :t, :t] = visible
-        steps = torch.arange(T)
-        slots = torch.where(  # [R, T]: real tokens at length + t, the rest to scratch
-            steps < host_new[:, None], host_lengths[:, None] + steps, self.scratch_slot
-        )
+        host = torch.zeros(R * (2 + T), dtype=torch.long)  # the packed buffer's values
+        host[:B] = lengths
+        host[R : R + B] = num_new
+        slots = host[2 * R :].view(R, T)  # real tokens at length + t, the rest to scratch
+        torch.add(host[:R, None], self._steps, out=slots)
+        slots.masked_fill_(self._steps >= host[R : 2 * R, None], self.scratch_slot)
         non_blocking = self.tokens.device.type == "cuda"
-        for buffer, value in (
-            (self.lengths, host_lengths),
-            (self.num_new, host_new),
-            (self.offsets, host_offsets),
-            (self.visible, host_visible),
-            (self.slots, slots),
-        ):
-            buffer.copy_(value, non_blocking=non_blocking)
+        self.packed.copy_(host, non_blocking=non_blocking)
+        if tree is not None:
+            offsets, visible = self._chain[0].clone(), torch.zeros(R, T, T, dtype=torch.bool)
+            offsets[:B, :t], visible[:B, :t, :t] = tree
+            self.offsets.copy_(offsets, non_blocking=non_blocking)
+            self.visible.copy_(visible, non_blocking=non_blocking)
+        elif not self.holds_chain:
+            self.offsets.copy_(self._chain[0], non_blocking=non_blocking)
+            self.visible.copy_(self._chain[1], non_blocking=non_blocking)
+        self.holds_chain = tree is None
         if self.logits_at is not None:
             self.logits_at.zero_()
             self.logits_at[:B].copy_(logits_at)
@@ -326,15 +331,10 @@ class StaticPasses:
         rows = slice(0, B)
         cache.reserve(num_new, rows)
         lengths = cache.lengths[rows].clone()  # [B] host
-        if tree is None:
-            offsets = torch.arange(T).repeat(B, 1)  # [B, T]
-            visible = torch.ones(T, T, dtype=torch.bool).tril().repeat(B, 1, 1)  # causal
-        else:
-            offsets, visible = tree
         span = int((lengths + num_new).max())
         n = 0 if logits_at is None else logits_at.shape[1]
         buffers, replay = self._pass(self.bucket(B, T, span, n))
-        buffers.fill(tokens, lengths, num_new, offsets, visible, logits_at)
+        buffers.fill(tokens, lengths, num_new, tree, logits_at)
         logits, hidden = replay()
         cache.advance(num_new, rows)
         logits = logits[:B] if n else logits[:B, :T]

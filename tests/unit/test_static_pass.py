@@ -368,3 +368,23 @@ def test_a_stack_that_fails_to_compile_leaves_the_model_own_layers(model, monkey
             out = passes(torch.tensor([[1], [2]]), cache)
         assert set(passes.stacks.values()) == {"eager"} and out.logits.shape[:2] == (2, 1)
     model.layer_stack = None
+
+
+@torch.inference_mode()
+def test_a_bucket_alternating_chains_and_trees_equals_eager(model):
+    """A chain's positions and visibility are constants a bucket holds between calls; a
+    tree overwrites them and the next chain must restore them."""
+    eager, static = _pair(model)
+    passes = StaticPasses(model, static, 4, 6, min_span=16)
+    offsets = torch.tensor([[0, 1, 1, 2]] * 3)  # root, two children, a grandchild of 1
+    visible = torch.eye(4, dtype=torch.bool).repeat(3, 1, 1)
+    visible[:, :, 0] = True
+    visible[:, 3, 1] = True
+    tokens = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]])
+    for tree in (None, (offsets, visible), None, (offsets, visible), None):
+        want = model(tokens, eager, tree=tree)
+        got = passes(tokens, static, tree=tree)
+        torch.testing.assert_close(got.logits, want.logits, atol=1e-4, rtol=1e-4)
+        eager.truncate(eager.lengths[:3] - 4)
+        static.truncate(static.lengths[:3] - 4)
+    assert len(passes._passes) == 1
