@@ -284,6 +284,8 @@ class LLM:
             # drafts alike from the whole hidden state, which every rank has after the
             # target's all-reduces; heads that reuse the target's head get it whole.
             self.speculator = load_speculator(draft, self.model, self.model.dtype, device)
+            if not self.learning:  # a learner trains these and serves them as they are
+                self.speculator = tuned_layers(self.speculator.for_drafting(quant))
             return lambda max_batch, max_len: SpeculatorDrafter(
                 self.speculator if self.learner is None else self.learner.current,
                 max_batch,

@@ -163,8 +163,8 @@ class Runner:
 
             load = load_eagle if is_eagle_dir(heads) else load_speculator
             self.speculator = load(heads, self.llm.model, self.llm.model.dtype, device)
-            if isinstance(self.speculator, EagleHead):  # drafts as `LLM` would run it
-                self.speculator = tuned_layers(self.speculator.for_drafting(self.llm.draft_quant))
+            # drafts as `LLM` would run them: on measured kernels, in the draft's format
+            self.speculator = tuned_layers(self.speculator.for_drafting(self.llm.draft_quant))
         self.heads_tree, self.heads_candidates = heads_tree, heads_candidates
         self._prompts: dict[str, list[list[int]]] = {}
         self._hf: dict[str, object] = {}

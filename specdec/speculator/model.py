@@ -260,6 +260,7 @@ class MLPSpeculator(nn.Module):
             rows = N + 1 if cfg.reduced_vocab else N  # + one row for ids outside the vocab
             self.emb = nn.ModuleList(nn.Embedding(rows, D) for _ in range(n))
             self.head = nn.ModuleList(nn.Linear(D, N, bias=False) for _ in range(n))
+        self.vocab_head = None  # the target's rows as a layer (`for_drafting`)
         if cfg.tie_weights:
             for i in range(1, n):
                 self.ln[i] = self.ln[0]
@@ -300,9 +301,45 @@ class MLPSpeculator(nn.Module):
 
     def _logits(self, i: int, state: torch.Tensor) -> torch.Tensor:
         """`[..., D]` -> `[..., N]` draft-vocabulary logits."""
+        if self.vocab_head is not None:
+            return self.vocab_head(self.adapter[i](state))
         if self.head is None:
             return F.linear(self.adapter[i](state), self.target_head)
         return self.head[i](state)
+
+    def for_drafting(self, quant: str = "none") -> MLPSpeculator:
+        """These heads made cheap to draft with, in place, for inference only: every
+        projection, and the target's vocabulary rows where they are reused, as a
+        `specdec.models.linear.Linear`, whose kernel `kernel_tuning` measures (run it over
+        them afterwards; `LLM` does), and with `quant` "int4" / "int8" in that format on
+        the CPU (`specdec.models.quant`: the heads then draft with those weights, which
+        changes what they propose, never what the target emits). Tied heads stay tied.
+
+        Why: as `nn.Linear` in bf16 the three products of one head took 15 ms at batch 4
+        on a Zen 3 (aten's bf16 matmul, without bf16 instructions there, streams ~1 GB/s),
+        a sixth of the int4 1.5B target's step for one drafted token."""
+        from specdec.models.linear import Linear
+        from specdec.models.quant import QUANTS, _quantized
+
+        if quant not in QUANTS:
+            raise InvalidParameterError(f"quantization must be one of {', '.join(QUANTS)}")
+        made: dict[int, nn.Module] = {}
+
+        def drafting(weight: torch.Tensor, key: int) -> nn.Module:
+            if key not in made:  # one layer per distinct weight: ties stay ties
+                layer = Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+                layer.weight = nn.Parameter(weight.detach(), requires_grad=False)
+                on_cpu = quant != "none" and weight.device.type == "cpu"
+                made[key] = _quantized(layer, quant) if on_cpu else layer
+            return made[key]
+
+        for name in ("proj", "adapter", "head"):
+            layers = getattr(self, name)
+            if layers is not None:
+                setattr(self, name, nn.ModuleList(drafting(m.weight, id(m)) for m in layers))
+        if self.head is None:
+            self.vocab_head = drafting(self.target_head, id(self.target_head))
+        return self.eval().requires_grad_(False)
 
     def head_step(self, i: int, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Head i's new state `[..., D]` from its input state `[..., E or D]` and the target

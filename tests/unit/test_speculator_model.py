@@ -195,3 +195,35 @@ def test_propose_tree_enumerates_and_scores_every_path(target, mode):
                 ids = path[i] if to_draft is None else to_draft[path[i]]
                 want += float(torch.log_softmax(head[0, 0].float(), -1)[ids])
             assert abs(float(scores[b, p]) - want) < 1e-4
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_drafting_form_proposes_what_the_heads_propose(target, mode):
+    """`for_drafting("none")` only moves the products onto measured-kernel layers: the
+    same chains and trees (fp32), ties kept; "int4" drafts valid ids from int4 layers."""
+    import copy
+
+    from specdec.models.linear import Linear
+    from specdec.models.quant import Int4Linear
+
+    spec = _random_init(build_speculator(target, n_predict=3, **MODES[mode]))
+    hidden, last = torch.randn(3, 64), torch.tensor([4, 20, 33])
+    chain = spec.propose_greedy(hidden, last, 3)
+    paths, scores = spec.propose_tree(hidden, last, (2, 2, 1))
+    drafting = copy.deepcopy(spec).for_drafting("none")
+    layers = [*drafting.proj, *(drafting.adapter or []), *(drafting.head or [])]
+    assert all(type(layer) is Linear for layer in layers)
+    assert (drafting.vocab_head is None) == (not spec.config.reuse_target)
+    assert torch.equal(drafting.propose_greedy(hidden, last, 3), chain)
+    tree = drafting.propose_tree(hidden, last, (2, 2, 1))
+    assert torch.equal(tree[0], paths)
+    torch.testing.assert_close(tree[1], scores)
+    if spec.config.tie_weights:
+        assert drafting.proj[1] is drafting.proj[2] and drafting.head[0] is drafting.head[2]
+    int4 = copy.deepcopy(spec).for_drafting("int4")  # where the shape takes it: K % 64 == 0
+    assert isinstance(int4.proj[0], Int4Linear)
+    assert all(isinstance(p, Int4Linear) == (p.in_features % 64 == 0) for p in int4.proj)
+    drafted = int4.propose_greedy(hidden, last, 3)
+    assert drafted.shape == (3, 3) and bool((drafted < 97).all())
+    with pytest.raises(Exception, match="quantization must be one of"):
+        copy.deepcopy(spec).for_drafting("int3")
