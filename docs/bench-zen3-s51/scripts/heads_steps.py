@@ -4,7 +4,10 @@ a new Engine per method (the bench's way), every step timed with the window it c
 Stop 50 saw heads `auto` at 0.92x plain in decode there while drafting 4 tokens in all,
 and the gap close in one warm process: which steps are slower?
 
-    python docs/bench-zen3-s51/scripts/heads_steps.py [HEADS_DIR] [TURNS]
+    python docs/bench-zen3-s51/scripts/heads_steps.py [HEADS_DIR] [TURNS] [synthetic]
+
+`synthetic`: the bench's 256-token synthetic prompts and 64 tokens instead (its
+heads-256x4 point).
 """
 
 import statistics
@@ -14,7 +17,7 @@ import time
 import torch
 
 from specdec import LLM
-from specdec.bench.workloads import sharegpt_prompts
+from specdec.bench.workloads import sharegpt_prompts, synthetic_prompt
 from specdec.config import SamplingParams
 from specdec.engine import Engine
 from specdec.llm import build_window
@@ -23,8 +26,12 @@ torch.set_num_threads(2)
 heads_dir = sys.argv[1] if len(sys.argv) > 1 else "/root/.cache/specdec/runs/qwen15-heads-s50"
 turns = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 llm = LLM("qwen2.5-coder-1.5b-instruct", quant="int4", draft=heads_dir, speculate="auto")
-prompts = [llm.encode(p, chat=True) for p in sharegpt_prompts(4, seed=5)]
-params = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
+if len(sys.argv) > 3 and sys.argv[3] == "synthetic":
+    prompts = [synthetic_prompt(llm.tokenizer, 256, seed=i) for i in range(4)]
+    params = SamplingParams(max_tokens=64, temperature=0, ignore_eos=True)
+else:
+    prompts = [llm.encode(p, chat=True) for p in sharegpt_prompts(4, seed=5)]
+    params = SamplingParams(max_tokens=48, temperature=0, ignore_eos=True)
 
 steps: list[tuple[int, float, float]] = []  # (k, seconds, capture/extra) of the current run
 original = Engine._step
