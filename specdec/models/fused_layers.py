@@ -19,9 +19,11 @@ weights as arguments, so all layers of a model share one compilation per bucket.
 Numerics: the same operations as `Transformer.run_layers` (shared functions of
 `specdec.models.transformer`), fused, with every cast the eager code makes kept
 (`emulate_precision_casts`): fp32 and bf16 agree with the eager stack to rounding, and a
-pass scores a token the same whatever its width, as the eager stack does. `StaticPasses`
-times both stacks per bucket and keeps the faster, so this path runs only where it
-measures faster; `fused_layers_apply` says where it can run at all (plain dense layers).
+pass scores a token the same whatever its width, as the eager stack does (both checked
+on the CPU; on an H200 before the option, a self-drafting bf16 engine rejected its own
+drafts). `StaticPasses` races the stacks at a model's first capture and keeps the faster
+for all its passes (`Transformer.layer_stack`); `fused_layers_apply` says where this one
+can run at all (plain dense layers).
 """
 
 from __future__ import annotations
