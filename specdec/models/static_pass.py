@@ -354,19 +354,24 @@ class StaticPasses:
                         replay()
                     replays[name] = replay
                 except Exception as error:  # a compiler failure: the model's own stack runs
-                    if name == "eager" or not self.race:
+                    if (
+                        name == "eager"
+                        or not self.race
+                        or isinstance(error, torch.OutOfMemoryError)
+                    ):
                         raise
                     warnings.warn(f"{name} layers failed ({error!r})", stacklevel=2)
                     continue
                 self._pool = self._pool or replays[name].pool
             if not replays:  # the model's chosen stack failed on this bucket: its own runs
+                # it (rounding as the model's own layers do, not as the model's other buckets)
                 replays["eager"] = Replay(lambda: self._forward(buffers), self.graphs, self._pool)
                 self._pool = self._pool or replays["eager"].pool
             name = next(iter(replays))
             if len(replays) > 1:
                 self.race_ms = _replay_ms(replays)
                 name = min(self.race_ms, key=self.race_ms.get)
-            if self.race:
+            if self.race and self.model.layer_stack is None:
                 self.model.layer_stack = name
             self._passes[bucket] = buffers, replays[name]
             self.stacks[bucket] = name

@@ -367,6 +367,26 @@ def test_a_stack_that_fails_to_compile_leaves_the_model_own_layers(model, monkey
         with pytest.warns(UserWarning, match="fused layers failed"):
             out = passes(torch.tensor([[1], [2]]), cache)
         assert set(passes.stacks.values()) == {"eager"} and out.logits.shape[:2] == (2, 1)
+        # A race that lost every compiled stack settles the model on its own layers; a
+        # model that had settled on the fused ones keeps them for its other buckets.
+        assert model.layer_stack == ("eager" if chosen is None else "fused")
+    model.layer_stack = None
+
+
+@torch.inference_mode()
+def test_running_out_of_memory_is_no_compiler_failure(model, monkeypatch):
+    from specdec.models import static_pass
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(static_pass, "run_fused_layers", out_of_memory)
+    model.layer_stack = None
+    cache = model.new_cache(2, MAX_LEN)
+    passes = StaticPasses(model, cache, 2, 2)
+    passes.fuse = passes.race = True
+    with pytest.raises(torch.OutOfMemoryError):
+        passes(torch.tensor([[1], [2]]), cache)
     model.layer_stack = None
 
 
