@@ -10,8 +10,8 @@ few microseconds whatever its bytes: on an H200 the 1.5B's one-token pass took 3
     gate/up matmul + SiLU*up + down matmul + residual + the next layer's norm]
 
 where the bracketed parts are compiled functions (TorchInductor, `dynamic=False`). The
-matmuls stay the library's (inductor's default mode calls cuBLAS for them; stop 39 saw
-its Triton matmuls make a 9-token pass 2.3x a one-token one), and attention and the cache
+matmuls stay the library's (inductor's default mode calls cuBLAS for them; stop 39's
+whole-layer compile made a 9-token pass 2.3x a one-token one), and attention and the cache
 writes stay eager: they depend on the key span, so leaving them out means the compiled
 functions depend only on (rows, tokens) and the model's shapes. The functions take the
 weights as arguments, so all layers of a model share one compilation per bucket.
