@@ -253,3 +253,22 @@ def test_one_slow_sweep_does_not_drop_a_kernel(monkeypatch):
     assert calls.count("spiky") == 2 + kernel_tuning.REPEATS
     assert kernel_tuning._time([], "slow", None, best=1.0) == 10.0
     assert calls.count("slow") == 2
+
+
+def test_a_stale_native_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
+    """A process killed mid-build leaves torch's lock file, on which every later build
+    would wait forever; one younger than any build could be is another build's."""
+    import os
+    import time
+
+    from specdec.models import native
+
+    lock = tmp_path / "lock"
+    lock.touch()
+    native._clear_stale_lock(tmp_path)
+    assert lock.exists()
+    old = time.time() - native.STALE_LOCK_S - 60
+    os.utime(lock, (old, old))
+    native._clear_stale_lock(tmp_path)
+    assert not lock.exists()
+    native._clear_stale_lock(tmp_path)  # no lock: nothing to do

@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from functools import cache
 from pathlib import Path
 
@@ -131,6 +132,23 @@ def instruction_set(flags: set[str]) -> str:
     return min(asked, widest, key=order.index)
 
 
+STALE_LOCK_S = 600  # a build takes a minute or two: a lock this old outlived its process
+
+
+def _clear_stale_lock(build: Path) -> None:
+    """Remove torch's build lock in `build` where no build can still hold it. A process
+    killed mid-build leaves the lock behind, and every later process then waits on it
+    forever (seen: a test run stalled for 12 minutes behind one, until it was removed)."""
+    lock = build / "lock"
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > STALE_LOCK_S:
+        log.warning("specdec: removing a stale build lock (%.0f s old): %s", age, lock)
+        lock.unlink(missing_ok=True)
+
+
 def _build(name: str):
     """Compile (or load the earlier build of) `<name>.cpp`, or None where it cannot be."""
     # Imported here: kernel_tuning imports linear.py, which imports this module.
@@ -152,6 +170,7 @@ def _build(name: str):
         key = hashlib.sha256(json.dumps(built_for, sort_keys=True).encode()).hexdigest()[:16]
         build = cache_root() / "native" / key
         build.mkdir(parents=True, exist_ok=True)
+        _clear_stale_lock(build)
         return load(
             name=f"specdec_{name}",
             sources=[str(HERE / f"{name}.cpp")],
