@@ -285,8 +285,7 @@ class LLM:
             # target's all-reduces; heads that reuse the target's head get it whole.
             self.speculator = load_speculator(draft, self.model, self.model.dtype, device)
             if not self.learning:  # a learner trains these and serves them as they are
-                head = self.model.lm_head if self.tp is None else None  # a shard: not whole
-                self.speculator = tuned_layers(self.speculator.for_drafting(quant, head))
+                self.speculator = tuned_layers(self.speculator.for_drafting(quant))
             return lambda max_batch, max_len: SpeculatorDrafter(
                 self.speculator if self.learner is None else self.learner.current,
                 max_batch,

@@ -26,7 +26,6 @@ whole model in one process and are skipped.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 import json
@@ -165,10 +164,7 @@ class Runner:
             load = load_eagle if is_eagle_dir(heads) else load_speculator
             self.speculator = load(heads, self.llm.model, self.llm.model.dtype, device)
             # drafts as `LLM` would run them: on measured kernels, in the draft's format
-            drafting = self.speculator.for_drafting
-            if not isinstance(self.speculator, EagleHead) and self.llm.tp is None:
-                drafting = functools.partial(drafting, vocab_head=self.llm.model.lm_head)
-            self.speculator = tuned_layers(drafting(self.llm.draft_quant))
+            self.speculator = tuned_layers(self.speculator.for_drafting(self.llm.draft_quant))
         self.heads_tree, self.heads_candidates = heads_tree, heads_candidates
         self._prompts: dict[str, list[list[int]]] = {}
         self._hf: dict[str, object] = {}

@@ -307,19 +307,13 @@ class MLPSpeculator(nn.Module):
             return F.linear(self.adapter[i](state), self.target_head)
         return self.head[i](state)
 
-    def for_drafting(
-        self, quant: str = "none", vocab_head: nn.Module | None = None
-    ) -> MLPSpeculator:
+    def for_drafting(self, quant: str = "none") -> MLPSpeculator:
         """These heads made cheap to draft with, in place, for inference only: every
         projection, and the target's vocabulary rows where they are reused, as a
         `specdec.models.linear.Linear`, whose kernel `kernel_tuning` measures (run it over
         them afterwards; `LLM` does), and with `quant` "int4" / "int8" in that format on
         the CPU (`specdec.models.quant`: the heads then draft with those weights, which
         changes what they propose, never what the target emits). Tied heads stay tied.
-
-        `vocab_head`: the target's own `lm_head` (in its format, tuned), taken as it is by
-        heads that reuse the target's whole vocabulary head, instead of a second copy of
-        152k rows (and its quantized form). Heads with a reduced vocabulary make their own.
 
         Why: as `nn.Linear` in bf16 the three products of one head took 15 ms at batch 4
         on a Zen 3 (aten's bf16 matmul, without bf16 instructions there, streams ~1 GB/s),
@@ -343,9 +337,7 @@ class MLPSpeculator(nn.Module):
             layers = getattr(self, name)
             if layers is not None:
                 setattr(self, name, nn.ModuleList(drafting(m.weight, id(m)) for m in layers))
-        if self.head is None and vocab_head is not None and not self.config.reduced_vocab:
-            self.vocab_head = vocab_head
-        elif self.head is None:
+        if self.head is None:
             self.vocab_head = drafting(self.target_head, id(self.target_head))
         return self.eval().requires_grad_(False)
 

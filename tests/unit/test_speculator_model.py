@@ -227,17 +227,3 @@ def test_drafting_form_proposes_what_the_heads_propose(target, mode):
     assert drafted.shape == (3, 3) and bool((drafted < 97).all())
     with pytest.raises(Exception, match="quantization must be one of"):
         copy.deepcopy(spec).for_drafting("int3")
-
-
-@pytest.mark.parametrize("mode", ["target tables", "target tables, draft vocab"])
-def test_drafting_form_takes_the_target_head_as_it_is(target, mode):
-    """Heads reusing the whole vocabulary head score with the target's own `lm_head`
-    layer (no second copy of its rows); a reduced vocabulary keeps its own cut."""
-    import copy
-
-    spec = _random_init(build_speculator(target, n_predict=3, **MODES[mode]))
-    hidden, last = torch.randn(2, 64), torch.tensor([4, 20])
-    chain = spec.propose_greedy(hidden, last, 3)
-    drafting = copy.deepcopy(spec).for_drafting("none", vocab_head=target.lm_head)
-    assert (drafting.vocab_head is target.lm_head) == (not spec.config.reduced_vocab)
-    assert torch.equal(drafting.propose_greedy(hidden, last, 3), chain)
