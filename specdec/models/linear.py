@@ -253,13 +253,21 @@ class Linear(nn.Linear):
         """The product without a plan (untuned layers, other devices)."""
         return F.linear(x, self.weight, self.bias)
 
+    @classmethod
+    def over(cls, weight: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
+        """A frozen layer computing with `weight [out, in]` (and `bias [out]`) as given, not
+        copied: how a layer derived from others (fused, cut, reused) is made. No plan
+        (tune it afterwards)."""
+        layer = cls(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+        layer.weight = nn.Parameter(weight.detach(), requires_grad=False)
+        if bias is not None:
+            layer.bias = nn.Parameter(bias.detach(), requires_grad=False)
+        return layer
+
     def output_rows(self, ids: torch.Tensor) -> Linear:
         """A new layer computing only the outputs `ids` [N] of this one (a draft model's
         vocabulary head cut to the ids it may propose): copied weights, never tied, no
         plan (tune it afterwards)."""
-        weight, ids = self.weight.detach(), ids.to(self.weight.device)
-        out = Linear(self.in_features, len(ids), bias=self.bias is not None, device="meta")
-        out.weight = nn.Parameter(weight[ids].clone(), requires_grad=False)
-        if self.bias is not None:
-            out.bias = nn.Parameter(self.bias.detach()[ids].clone(), requires_grad=False)
-        return out
+        ids = ids.to(self.weight.device)
+        bias = None if self.bias is None else self.bias.detach()[ids].clone()
+        return Linear.over(self.weight.detach()[ids].clone(), bias)

@@ -238,17 +238,12 @@ class EagleHead(nn.Module):
             raise InvalidParameterError(f"quantization must be one of {', '.join(QUANTS)}")
         weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])
         bias = torch.cat([self.q.bias, self.k.bias, self.v.bias])
-        qkv = Linear(weight.shape[1], weight.shape[0], device="meta")
-        qkv.weight, qkv.bias = nn.Parameter(weight, False), nn.Parameter(bias, False)
+        qkv = Linear.over(weight, bias)
         queries = self.q.weight.shape[0]
-        kv = Linear(weight.shape[1], weight.shape[0] - queries, device="meta")
-        kv.weight = nn.Parameter(weight[queries:].clone(), False)
-        kv.bias = nn.Parameter(bias[queries:].clone(), False)
+        kv = Linear.over(weight[queries:].clone(), bias[queries:].clone())
         projections = ["fc", "qkv_proj", "kv_proj", "o", "gate_up", "down"]
         if vocab_head is None:  # (a lent layer comes in its format already)
-            E, N = self.config.hidden_size, self.config.vocab_size
-            vocab_head = Linear(E, N, bias=False, device="meta")
-            vocab_head.weight = nn.Parameter(self.head_rows.to(weight.dtype), False)
+            vocab_head = Linear.over(self.head_rows.to(weight.dtype))  # [N, E]
             projections.append("vocab_head")
         self.qkv_proj, self.kv_proj, self.vocab_head = qkv, kv, vocab_head
         del self.q, self.k, self.v  # the fused copy replaces them

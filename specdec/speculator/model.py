@@ -325,20 +325,19 @@ class MLPSpeculator(nn.Module):
             raise InvalidParameterError(f"quantization must be one of {', '.join(QUANTS)}")
         made: dict[int, nn.Module] = {}
 
-        def drafting(weight: torch.Tensor, key: int) -> nn.Module:
-            if key not in made:  # one layer per distinct weight: ties stay ties
-                layer = Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
-                layer.weight = nn.Parameter(weight.detach(), requires_grad=False)
+        def drafting(weight: torch.Tensor) -> nn.Module:
+            if id(weight) not in made:  # one layer per distinct weight: ties stay ties
+                layer = Linear.over(weight)
                 on_cpu = quant != "none" and weight.device.type == "cpu"
-                made[key] = _quantized(layer, quant) if on_cpu else layer
-            return made[key]
+                made[id(weight)] = _quantized(layer, quant) if on_cpu else layer
+            return made[id(weight)]
 
         for name in ("proj", "adapter", "head"):
             layers = getattr(self, name)
             if layers is not None:
-                setattr(self, name, nn.ModuleList(drafting(m.weight, id(m)) for m in layers))
+                setattr(self, name, nn.ModuleList(drafting(m.weight) for m in layers))
         if self.head is None:
-            self.vocab_head = drafting(self.target_head, id(self.target_head))
+            self.vocab_head = drafting(self.target_head)
         return self.eval().requires_grad_(False)
 
     def head_step(self, i: int, state: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
