@@ -297,9 +297,8 @@ class StaticPasses:
         # and keeping one set per captured graph would multiply that by the spans.
         self._outputs: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         self._pool = None
-        stack = model.layer_stack if fuse is None else None
-        self.fuse = bool(fuse if fuse is not None else graphs and stack != "eager")
-        self.fuse = self.fuse and fused_layers_apply(model)
+        wanted = (graphs and model.layer_stack != "eager") if fuse is None else fuse
+        self.fuse = wanted and fused_layers_apply(model)
         self.race = fuse is None and self.fuse  # the model's stack, or a race to choose it
         self.stacks: dict[Bucket, str] = {}  # the stack each bucket runs (`_stacks`' names)
         self.race_ms: dict[str, float] = {}  # the race's replay times, ms, by stack
@@ -347,12 +346,9 @@ class StaticPasses:
             replays = {}
             for name, stack in self._stacks().items():
                 try:
-                    replay = Replay(
-                        lambda stack=stack: self._forward(buffers, stack), self.graphs, self._pool
-                    )
+                    replays[name] = self._replay(buffers, stack)
                     if self.race:  # run once (idle buffers): without graphs it compiles here
-                        replay()
-                    replays[name] = replay
+                        replays[name]()
                 except Exception as error:  # a compiler failure: the model's own stack runs
                     if (
                         name == "eager"
@@ -361,12 +357,10 @@ class StaticPasses:
                     ):
                         raise
                     warnings.warn(f"{name} layers failed ({error!r})", stacklevel=2)
-                    continue
-                self._pool = self._pool or replays[name].pool
+                    replays.pop(name, None)
             if not replays:  # the model's chosen stack failed on this bucket: its own runs
                 # it (rounding as the model's own layers do, not as the model's other buckets)
-                replays["eager"] = Replay(lambda: self._forward(buffers), self.graphs, self._pool)
-                self._pool = self._pool or replays["eager"].pool
+                replays["eager"] = self._replay(buffers, Transformer.run_layers)
             name = next(iter(replays))
             if len(replays) > 1:
                 self.race_ms = _replay_ms(replays)
@@ -376,6 +370,13 @@ class StaticPasses:
             self._passes[bucket] = buffers, replays[name]
             self.stacks[bucket] = name
         return self._passes[bucket]
+
+    def _replay(self, buffers: PassBuffers, run_layers: Callable) -> Replay:
+        """The pass over `buffers` through the layer stack `run_layers`, captured (with
+        graphs) into the passes' shared memory pool."""
+        replay = Replay(lambda: self._forward(buffers, run_layers), self.graphs, self._pool)
+        self._pool = self._pool or replay.pool
+        return replay
 
     def _stacks(self) -> dict[str, Callable]:
         """The layer stacks a new bucket may run, by name: the one `fuse` forces, the one
