@@ -35,7 +35,13 @@ from specdec.distributed import (
 )
 from specdec.drafters import DraftModelDrafter, EagleDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.drafters.draft_model import check_same_tokenizer
-from specdec.drafters.draft_vocab import frequent_ids, prune_vocab_head
+from specdec.drafters.draft_vocab import (
+    AUTO_DRAFT_VOCAB,
+    frequent_ids,
+    head_rows,
+    lowest_ids,
+    prune_vocab_head,
+)
 from specdec.engine import Completion, Engine
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.decode_stack import tune_stack
@@ -112,7 +118,7 @@ class LLM:
         k_max: int = 8,
         quant: str = "none",
         draft_quant: str | None = None,
-        draft_vocab: int = 0,
+        draft_vocab: int | None = None,
         dtype: str = "bf16",
         device: str = "cpu",
         max_batch: int = 8,
@@ -140,7 +146,7 @@ class LLM:
                 "use --draft-tp 1 with them"
             )
         self.draft_tp = draft_tp
-        if draft_vocab < 0:
+        if draft_vocab is not None and draft_vocab < 0:
             raise InvalidParameterError(f"draft_vocab must be >= 0, got {draft_vocab}")
         if draft_vocab and (draft is None or draft == "ngram" or heads):
             raise InvalidParameterError(
@@ -306,15 +312,23 @@ class LLM:
         draft_model = quantize(draft_model, quant, source)  # its layout measured in _tuned
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
         usable = min(vocab, tok_size, draft_model.config.vocab_size)
-        ids = None
-        if 0 < self.draft_vocab < usable:  # score only the most frequent ids (lossless)
-            ids = frequent_ids(self.tokenizer, self.draft_vocab, usable, keep=self.eos_ids)
+        ids = rows = None
+        cut, keep = self.draft_vocab, self.eos_ids
+        if cut is None and shard is None and torch.device(device).type == "cpu":
+            # By default a CPU draft scores the lowest ids and each request's own: its head
+            # is 28% of the 0.5B's bytes a step, and a GPU's step is bound by its launches.
+            if AUTO_DRAFT_VOCAB < usable:
+                ids = lowest_ids(AUTO_DRAFT_VOCAB, usable, keep=keep)
+        elif cut and cut < usable:  # the most frequent ids in ShareGPT answers
+            ids = frequent_ids(self.tokenizer, cut, usable, keep=keep)
+        if ids is not None:  # lossless: only q changes
+            rows = head_rows(draft_model.lm_head)  # and the ids of each row's context
             prune_vocab_head(draft_model, ids)
         self.draft_model = _tuned(draft_model)
         self.draft_model.layer_stack = self.layer_stack
         return lambda max_batch, max_len: DraftModelDrafter(
             self.draft_model, vocab, tok_size, max_batch, max_len, vocab=ids,
-            **self.engine_options,
+            context_rows=rows, **self.engine_options,
         )  # fmt: skip
 
     def encode(self, prompt: str, chat: bool = False) -> list[int]:

@@ -60,7 +60,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument("--quant", default="none", choices=["none", "int4", "int8"], help="target")
     p.add_argument("--draft-quant", default=None, choices=["int4", "int8", "none"])
-    p.add_argument("--draft-vocab", type=int, default=0, help="draft model's head: N ids (0: all)")
+    p.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=None,
+        help="draft model's head: N ids (0: all; default: as `specdec generate`)",
+    )
     p.add_argument("--workloads", type=_names, default=None, help="code,sharegpt,synthetic")
     p.add_argument("--prompt-lens", type=_ints, default=None, help="synthetic prompt lengths")
     p.add_argument("--batches", type=_ints, default=None, help="e.g. 1,2,4,8,16")
@@ -263,8 +268,8 @@ def _command(preset, args) -> str:
     words += ["--device", args.device] if args.device != "cpu" else []
     words += ["--quant", args.quant] if args.quant != "none" else []
     words += ["--draft-quant", args.draft_quant] if args.draft_quant else []
-    vocab = getattr(args, "draft_vocab", 0)
-    words += ["--draft-vocab", str(vocab)] if vocab else []
+    vocab = getattr(args, "draft_vocab", None)
+    words += ["--draft-vocab", str(vocab)] if vocab is not None else []
     words += [
         "--workloads", ",".join(preset.workloads),
         "--prompt-lens", ",".join(map(str, preset.prompt_lens)),

@@ -123,7 +123,7 @@ class Runner:
         ignore_eos: bool = False,
         synthetic_source: str = "sharegpt",
         draft_quant: str | None = None,
-        draft_vocab: int = 0,
+        draft_vocab: int | None = None,
         quant: str = "none",
         repeats: int = 1,
         heads: str | None = None,

@@ -27,6 +27,7 @@ import torch
 
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
+from specdec.drafters.draft_vocab import ContextIds
 from specdec.errors import TokenizerMismatchError
 from specdec.models.prefix_cache import PrefixCache
 from specdec.models.static_pass import StaticPasses, use_static_passes
@@ -62,6 +63,7 @@ class DraftModelDrafter(DrafterBase):
         static_passes: bool | None = None,
         cuda_graphs: bool | None = None,
         vocab: torch.Tensor | None = None,
+        context_rows=None,
     ) -> None:
         self.model = model
         self.cache = model.new_cache(max_batch, max_len)
@@ -81,6 +83,14 @@ class DraftModelDrafter(DrafterBase):
         self.vocab = None if vocab is None else vocab.to(model.device)
         if self.vocab is not None and int(self.vocab.max()) >= self.usable_vocab:
             raise ValueError(f"draft vocabulary ids must be below {self.usable_vocab}")
+        # With `context_rows` (ids -> a layer over those rows of the head before the cut:
+        # `draft_vocab.head_rows`), the ids of the rows' own histories that the cut left
+        # out are scored too (`ContextIds`): the logit columns are `self.context.ids`.
+        self.context = (
+            ContextIds(context_rows, self.vocab, self.usable_vocab)
+            if self.vocab is not None and context_rows is not None
+            else None
+        )
         self.pending: list[list[int]] = []
         self._k = 0  # window of the current step
         self._draft = torch.zeros(0, 0, dtype=torch.long)  # [B, k] tokens of the current step
@@ -104,6 +114,8 @@ class DraftModelDrafter(DrafterBase):
         """Queue the new rows' whole histories: nothing runs until a step speculates
         (auto may never start, or a short generation may not repay the prefill)."""
         self.pending.extend(list(h) for h in histories)
+        if self.context is not None:
+            self.context.admit(histories)
 
     def _behind(self) -> list[int]:
         """Rows whose pending history is longer than a step's usual one or two tokens."""
@@ -167,7 +179,7 @@ class DraftModelDrafter(DrafterBase):
         temps = param_tensors(params, device)
         greedy = [p.greedy for p in params]
         out = self._forward(tokens, self.cache, num_new=fed, logits_at=(fed - 1)[:, None])
-        logits = out.logits[:, 0]
+        logits = self._logits(out, fed - 1)
         drafted, qs = [], []
         for i in range(k):
             if all(greedy):  # q is one-hot at the argmax: the Draft says so with probs None
@@ -179,17 +191,32 @@ class DraftModelDrafter(DrafterBase):
             if i == 0:
                 self.last_first_s = time.perf_counter() - started
             if i < k - 1:
-                logits = self._forward(drafted[-1][:, None], self.cache).logits[:, 0]
+                logits = self._logits(self._forward(drafted[-1][:, None], self.cache))
         self._draft = torch.stack(drafted, 1)  # [B, k]
         probs = torch.stack(qs, 1) if qs else None  # [B, k, V_target]
         return Draft(self._draft, probs, torch.full((B,), k, dtype=torch.long))
+
+    def _logits(self, out, at: torch.Tensor | None = None) -> torch.Tensor:
+        """The draft's logits [B, V_draft] (or [B, N] over the cut head's columns) at each
+        row's position `at` [B] (the only one when None)."""
+        logits = out.logits[:, 0]
+        if self.context is None:
+            return logits
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        hidden = out.hidden[:, 0] if at is None else out.hidden[rows, at.to(logits.device)]
+        return self.context.logits(logits, hidden)
+
+    @property
+    def _columns(self) -> torch.Tensor | None:
+        """The id of each logit column of a cut head ([N] or [N + M]); None uncut."""
+        return self.vocab if self.context is None else self.context.ids
 
     def _argmax(self, logits: torch.Tensor) -> torch.Tensor:
         """Greedy rows' draft tokens [B]: the token `_distribution`'s one-hot q would pick,
         without building it (measured on the 0.5B draft of Qwen's 152k ids: 1.0 ms a draft
         token for q and its sampling, 5% of an int4 draft step)."""
         if self.vocab is not None:
-            return self.vocab[logits.argmax(-1)]
+            return self._columns[logits.argmax(-1)]
         return logits[:, : self.usable_vocab].argmax(-1)
 
     def _distribution(self, logits: torch.Tensor, temps) -> torch.Tensor:
@@ -197,7 +224,7 @@ class DraftModelDrafter(DrafterBase):
         if self.vocab is not None:
             q = probs_from_logits(logits, *temps)  # [B, N]
             full = q.new_zeros(q.shape[0], self.target_vocab_size)
-            return full.index_copy_(1, self.vocab, q)  # [B, V_target]
+            return full.index_copy_(1, self._columns, q)  # [B, V_target]
         logits = logits[:, : self.usable_vocab]
         q = probs_from_logits(logits, *temps)
         pad = self.target_vocab_size - q.shape[1]
@@ -209,6 +236,8 @@ class DraftModelDrafter(DrafterBase):
         if k == 0:
             for row, nxt in enumerate(nexts):
                 self.pending[row].append(nxt)
+                if self.context is not None:
+                    self.context.add(row, [nxt])
             return
         accepted = num_accepted.cpu()
         fed = torch.tensor([len(p) for p in self.pending])
@@ -217,14 +246,20 @@ class DraftModelDrafter(DrafterBase):
         last_draft = self._draft[:, k - 1].tolist()
         for row, (n, nxt) in enumerate(zip(accepted.tolist(), nexts, strict=True)):
             self.pending[row] = ([last_draft[row]] if n == k else []) + [nxt]
+            if self.context is not None:
+                self.context.add(row, self._draft[row, :n].tolist() + [nxt])
 
     def move_row(self, src: int, dst: int) -> None:
         self.cache.move_row(src, dst)
         self.pending[dst] = self.pending[src]
+        if self.context is not None:
+            self.context.move_row(src, dst)
         self.reset_row(src)
 
     def reset_row(self, row: int) -> None:
         self.cache.reset_row(row)
+        if self.context is not None:
+            self.context.reset_row(row)
         if row == self.rows - 1:
             self.pending.pop()
         else:

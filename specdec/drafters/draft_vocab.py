@@ -23,10 +23,12 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
+from torch import nn
 
+from specdec.models.quant import Int4Linear, Q4Weights
 from specdec.models.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,44 @@ def prune_vocab_head(model: Transformer, ids: torch.Tensor) -> Transformer:
         raise ValueError("a tensor-parallel vocabulary head cannot be pruned")
     model.lm_head = head.output_rows(ids.to(torch.long))
     return model
+
+
+def head_rows(head: nn.Module) -> Callable[[torch.Tensor], nn.Module]:
+    """`ids [M] ->` a layer scoring only those outputs of the vocabulary head `head`, with
+    its weights (what `ContextIds` widens a cut head with). It holds as little of `head` as
+    it can: of an int4 head only the 4-bit blocks (77 MB for the 0.5B's, whose dequantized
+    copy is 272 MB more), of any other the layer itself (an unquantized head tied to the
+    embeddings shares their storage)."""
+    if not isinstance(head, Int4Linear) or head.bias is not None:
+        return head.output_rows
+    blocks, dtype, tiled = head.q4, head.weight.dtype, head.tiles.numel() > 0
+    n_in = head.in_features
+
+    def rows(ids: torch.Tensor) -> nn.Module:
+        kept = Q4Weights(*(t[ids].contiguous() for t in blocks.tensors()))
+        shape = nn.Linear(n_in, len(ids), bias=False, device="meta", dtype=dtype)
+        return Int4Linear(shape, kept, tiles=tiled)
+
+    return rows
+
+
+# The default cut on a CPU (`LLM(draft_vocab=None)`): the lowest ids, widened by the context.
+AUTO_DRAFT_VOCAB = 65536
+
+
+def lowest_ids(n: int, usable: int, keep: Iterable[int] = ()) -> torch.Tensor:
+    """The `n` lowest ids below `usable`, with `keep` among them (in place of the highest
+    ones); sorted. A byte-level BPE numbers its merges roughly by use, so the lowest ids
+    are the frequent ones without counting anything: measured on the int4 pair's answers to
+    the bench's 12 code prompts (stop 50), the lowest 65,536 of Qwen's ids could draft
+    0.983 of the tokens, and 0.991 widened by the context (`ContextIds`), as many as
+    ShareGPT's 65,536 most frequent ones alone."""
+    keep = sorted({int(t) for t in keep if int(t) < usable})
+    if n >= usable:
+        return torch.arange(usable)
+    kept = set(keep)
+    low = [t for t in range(n) if t not in kept][: n - len(keep)]
+    return torch.tensor(sorted(low + keep), dtype=torch.long)
 
 
 def frequent_ids(tokenizer, n: int, usable: int, keep: Iterable[int] = ()) -> torch.Tensor:
@@ -103,3 +143,79 @@ def _count(tokenizer) -> Counter[int]:
 def _first_turn(conv: dict) -> str:
     turns = conv.get("conversations") or [{}]
     return turns[0].get("value", "").strip()
+
+
+class ContextIds:
+    """A cut head widened by the ids of the rows' own histories (prompt and output so far).
+
+    Why: the ids a cut head misses most are the words of the task itself (a function
+    named ` palindrome`, `.balance`), which the prompt already holds and the answer
+    repeats. Measured on the int4 pair's answers to the bench's 12 code prompts (stop 50):
+    a head of ShareGPT's 32,768 most frequent ids could draft 0.958 of the tokens alone,
+    0.989 widened by the context, as much as a static head of 65,536 ids (0.991), and a
+    32,768-id head makes the 0.5B's draft step 7% cheaper than a 65,536-id one.
+
+    The ids outside the cut that some live row's history holds are scored by a small
+    head over their rows of the whole head (`rows_of(ids)`, e.g. `head_rows`: the same
+    weights), rebuilt when that set changes (a row admitted or reset, a new id
+    committed): the draft's logit columns are then `ids` = the cut's ids followed by those.
+    """
+
+    def __init__(
+        self, rows_of: Callable[[torch.Tensor], nn.Module], kept: torch.Tensor, usable: int
+    ) -> None:
+        self.rows_of = rows_of
+        self.kept = kept  # [N] the cut head's ids, in its column order
+        self._kept = set(kept.tolist())
+        self.usable = usable
+        self.rows: list[set[int]] = []  # per row: its history's ids outside the cut
+        self.extra = torch.zeros(0, dtype=torch.long)  # [M] the ids the small head scores
+        self.head = None  # scores `extra`; None when M = 0
+        self.ids = kept  # [N + M] the id of each logit column
+        self._stale = False
+
+    def _outside(self, tokens) -> set[int]:
+        return {t for t in tokens if t < self.usable and t not in self._kept}
+
+    def admit(self, histories) -> None:
+        for history in histories:
+            self.rows.append(self._outside(history))
+            self._stale |= bool(self.rows[-1])
+
+    def add(self, row: int, tokens) -> None:
+        """Tokens committed to `row`."""
+        new = self._outside(tokens) - self.rows[row]
+        if new:
+            self.rows[row] |= new
+            self._stale = True
+
+    def move_row(self, src: int, dst: int) -> None:
+        """Row `src`'s ids now belong to `dst`; the drafter then resets `src`."""
+        self.rows[dst] = self.rows[src]
+
+    def reset_row(self, row: int) -> None:
+        if row == len(self.rows) - 1:
+            self.rows.pop()
+        else:
+            self.rows[row] = set()
+        self._stale = True
+
+    def logits(self, logits: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """The cut head's fp32 logits [B, N] and the final states [B, H] they came from ->
+        logits [B, N + M] over `ids`."""
+        self._refresh()
+        if self.head is None:
+            return logits
+        return torch.cat([logits, self.head(hidden).float()], -1)
+
+    def _refresh(self) -> None:
+        if not self._stale:
+            return
+        self._stale = False
+        extra = sorted(set().union(*self.rows))
+        if extra == self.extra.tolist():
+            return
+        device = self.kept.device
+        self.extra = torch.tensor(extra, dtype=torch.long, device=device)
+        self.head = self.rows_of(self.extra) if extra else None
+        self.ids = torch.cat([self.kept, self.extra]) if extra else self.kept

@@ -8,7 +8,7 @@ import torch
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
-from specdec.drafters import DrafterBase, DraftModelDrafter, NgramDrafter
+from specdec.drafters import DrafterBase, DraftModelDrafter, NgramDrafter, draft_vocab
 from specdec.drafters.draft_vocab import prune_vocab_head
 from specdec.engine import Engine
 
@@ -129,6 +129,34 @@ def test_pruned_draft_vocabulary_greedy_equivalence(setup, tokenizer, acceptor):
         assert c.stats.accepted == kept
     assert sum(c.stats.accepted for c in out) > 0
     assert any(t % 2 for ref in refs for t in ref[1:])  # some drafts were really cut
+
+
+def test_widened_draft_vocabulary_greedy_equivalence(setup, tokenizer):
+    """The even-id cut widened by the row's context (`ContextIds`): a draft token is kept
+    exactly where the reference token is even or already in the prompt or the output so
+    far, and the output is unchanged. One prompt at a time: the context ids of a batch
+    are those of all its rows."""
+    native, refs, params = setup
+    draft = native_from_hf(hf_tiny("qwen2"))
+    ids = torch.arange(0, 97, 2)
+    rows = draft_vocab.head_rows(draft.lm_head)
+    prune_vocab_head(draft, ids)
+    factory = lambda b, length: DraftModelDrafter(  # noqa: E731
+        draft, 97, 97, b, length, vocab=ids, context_rows=rows
+    )
+    widened = 0
+    for prompt, ref in zip(PROMPTS, refs, strict=True):
+        out = _spec(native, tokenizer, factory, 3).generate([prompt], params)[0]
+        assert out.token_ids == ref
+        done, kept = 1, 0
+        while done < N:
+            seen = set(prompt) | set(ref[:done])
+            window = ref[done : done + min(3, N - 1 - done)]
+            run = next((i for i, t in enumerate(window) if t % 2 and t not in seen), len(window))
+            widened += sum(t % 2 for t in window[:run])
+            kept, done = kept + run, done + run + 1
+        assert out.stats.accepted == kept
+    assert widened > 0  # odd drafts were kept because the context held them
 
 
 class CountingRejection(RejectionSampler):

@@ -304,6 +304,33 @@ def test_draft_vocab_leaves_greedy_output_unchanged(model_dir, capsys, monkeypat
     assert json.loads(out_spec)["spec"]["drafted_tokens"] > 0
 
 
+def test_cpu_drafts_default_to_the_lowest_ids_and_the_context(model_dir, monkeypatch):
+    """By default a CPU draft model's head is cut to the lowest ids (here 40 of 97, the
+    cut's size patched down), widened by each request's own ids; `draft_vocab=0` keeps
+    the whole head. Either way fp32 greedy output is plain decoding's."""
+    import specdec.llm as llm_module
+    from specdec import LLM, SamplingParams
+
+    monkeypatch.setattr(llm_module, "AUTO_DRAFT_VOCAB", 40)
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    outputs = {}
+    for vocab in (None, 0):
+        llm = LLM(
+            str(model_dir), dtype="fp32", draft=str(model_dir), speculate=3, draft_vocab=vocab
+        )
+        outputs[vocab] = llm.generate(["abcab"], params)[0]
+        drafter = llm.engine._drafter
+        if vocab is None:
+            kept = drafter.vocab.tolist()
+            assert len(kept) == 40 and kept[:30] == list(range(30))
+            assert drafter.context is not None and len(drafter.context.rows) == 0
+        else:
+            assert drafter.vocab is None and drafter.context is None
+        plain = llm.plain_engine().generate([llm.encode("abcab")], params)[0]
+        assert outputs[vocab].token_ids == plain.token_ids
+    assert outputs[None].stats.drafted > 0
+
+
 def test_draft_vocab_needs_a_draft_model(model_dir, capsys):
     argv = ["generate", "--model", str(model_dir), "--dtype", "fp32", "--draft", "ngram"]
     code, _, err = _run(capsys, *argv, "--draft-vocab", "40", "ab")

@@ -64,6 +64,11 @@ def test_frequent_ids_keep_the_end_ids_and_fill_by_rank(monkeypatch):
     assert frequent_ids(None, 200, usable=90).tolist() == list(range(90))
 
 
+def test_lowest_ids_keep_the_end_ids_in_place_of_the_highest():
+    assert draft_vocab.lowest_ids(5, usable=90, keep=[1, 80, 95]).tolist() == [0, 1, 2, 3, 80]
+    assert draft_vocab.lowest_ids(200, usable=90).tolist() == list(range(90))
+
+
 @pytest.fixture(scope="module")
 def pruned_drafter():
     draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
@@ -96,3 +101,68 @@ def test_ids_past_the_usable_vocabulary_are_refused():
     draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
     with pytest.raises(ValueError, match="below 90"):
         DraftModelDrafter(draft, 97, 90, 2, 32, vocab=torch.tensor([1, 95]))
+
+
+def test_head_rows_of_an_int4_head_keep_only_its_blocks():
+    layer = Int4Linear(_dense(torch.float32, bias=False, n=96, k=256))
+    rows_of = draft_vocab.head_rows(layer)
+    assert layer not in [c.cell_contents for c in rows_of.__closure__ or ()]  # not held
+    rows = rows_of(IDS)
+    for want, got in zip(layer.output_rows(IDS).q4.tensors(), rows.q4.tensors(), strict=True):
+        assert torch.equal(want, got)
+    x = torch.randn(2, 256)
+    torch.testing.assert_close(rows.packed(None, x), layer.packed(None, x)[:, IDS])
+    dense = _dense(torch.float32)
+    assert draft_vocab.head_rows(dense) == dense.output_rows  # other heads: the layer's own
+
+
+@pytest.fixture()
+def widened_drafter():
+    """The even ids cut, widened by each row's context (a one-layer tiny qwen2)."""
+    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    full = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
+    ids = torch.arange(0, 97, 2)
+    rows = draft_vocab.head_rows(draft.lm_head)
+    prune_vocab_head(draft, ids)
+    return DraftModelDrafter(draft, 97, 97, 4, 64, vocab=ids, context_rows=rows), full, ids
+
+
+def test_widened_q_is_the_softmax_over_the_kept_and_context_ids(widened_drafter):
+    drafter, full, ids = widened_drafter
+    drafter.admit([[5, 17, 42, 8], [60, 3, 9]])
+    params = [SamplingParams(temperature=0.9, seed=1), SamplingParams(temperature=0)]
+    draft = drafter.propose(3, params, [make_generator(i) for i in range(2)])
+    q = draft.probs  # [B, k, V]
+    torch.testing.assert_close(q.sum(-1), torch.ones(2, 3))
+    scored = torch.cat([ids, torch.tensor([3, 5, 9, 17])])  # the odd ids of both rows
+    outside = torch.ones(97, dtype=torch.bool)
+    outside[scored] = False
+    assert q[..., outside].abs().max() == 0
+    assert q[0, 0, [3, 5, 9, 17]].min() > 0
+    logits = full(torch.tensor([[5, 17, 42, 8]]), full.new_cache(1, 64)).logits[0, -1]
+    expected = torch.softmax(logits[scored] / 0.9, -1)
+    torch.testing.assert_close(q[0, 0, scored], expected, rtol=1e-4, atol=1e-6)
+    # The second row is greedy: its first token is the full model's argmax over those ids.
+    logits = full(torch.tensor([[60, 3, 9]]), full.new_cache(1, 64)).logits[0, -1]
+    assert int(draft.tokens[1, 0]) == int(scored[logits[scored].argmax()])
+
+
+def test_widened_ids_follow_the_rows(widened_drafter):
+    drafter, _, ids = widened_drafter
+    context = drafter.context
+    drafter.admit([[5, 42], [60, 7], [11, 2]])
+    greedy = [SamplingParams(temperature=0)] * 3
+    drafter.propose(2, greedy, [make_generator(0)] * 3)
+    assert context.extra.tolist() == [5, 7, 11]
+    drafter.commit(torch.tensor([0, 0, 0]), torch.tensor([13, 8, 11]))  # 13 is new
+    drafter.propose(1, greedy, [make_generator(0)] * 3)
+    assert context.extra.tolist() == [5, 7, 11, 13]
+    drafter.move_row(2, 1)  # row 1 (7) finished, row 2 (11) takes its place
+    drafter.propose(1, greedy[:2], [make_generator(0)] * 2)
+    assert context.extra.tolist() == [5, 11, 13]
+    assert len(context.rows) == 2
+    drafter.reset_row(1)
+    drafter.reset_row(0)
+    drafter.admit([[4, 6]])  # only kept ids: no small head
+    drafter.propose(1, greedy[:1], [make_generator(0)])
+    assert context.head is None and torch.equal(context.ids, ids)
