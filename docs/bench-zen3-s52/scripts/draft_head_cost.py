@@ -47,6 +47,13 @@ with torch.inference_mode():
                 head(h)
                 if i >= 5:
                     alone[name].append(time.perf_counter() - start)
-        print(f"round {r}: " + "  ".join(f"{k} {1000 * statistics.median(v[-40:]):.2f}" for k, v in step.items()), flush=True)
+        print(
+            f"round {r}: "
+            + "  ".join(f"{k} {1000 * statistics.median(v[-40:]):.2f}" for k, v in step.items()),
+            flush=True,
+        )
 for name in heads:
-    print(f"{name:>6}: step {1000 * statistics.median(step[name]):.2f} ms, head alone {1000 * statistics.median(alone[name]):.2f} ms")
+    print(
+        f"{name:>6}: step {1000 * statistics.median(step[name]):.2f} ms, "
+        f"head alone {1000 * statistics.median(alone[name]):.2f} ms"
+    )

@@ -83,17 +83,22 @@ def simulate() -> None:
             for row in rows:
                 ctx = row["prompt"] + row["answer"]
                 base = len(row["prompt"])
-                table.append([lookup(ctx[: base + t], max_n, min_n) for t in range(len(row["answer"]))])
+                table.append(
+                    [lookup(ctx[: base + t], max_n, min_n) for t in range(len(row["answer"]))]
+                )
             grams[max_n, min_n] = table
     for (max_n, min_n), table in grams.items():
         hits = right = 0
         for row, look in zip(rows, table, strict=True):
-            for t, (tok, n) in enumerate(look):
+            for t, (tok, _n) in enumerate(look):
                 if tok is not None:
                     hits += 1
                     right += int(tok == row["answer"][t])
         total = sum(len(r["answer"]) for r in rows)
-        print(f"n-gram {min_n}..{max_n}: proposes at {hits / total:.3f} of positions, right {right / max(hits, 1):.3f}")
+        print(
+            f"n-gram {min_n}..{max_n}: proposes at {hits / total:.3f} of positions, "
+            f"right {right / max(hits, 1):.3f}"
+        )
 
     def run(policy, k, v, c):
         tokens = cost = steps = 0.0

@@ -47,7 +47,13 @@ def engine(cut: int | None, widen: bool = True) -> Engine:
         return drafter
 
     return Engine(
-        llm.model, llm.tokenizer, llm.eos_ids, 8, factory, GreedyAcceptor(), FixedWindow(4),
+        llm.model,
+        llm.tokenizer,
+        llm.eos_ids,
+        8,
+        factory,
+        GreedyAcceptor(),
+        FixedWindow(4),
         prefix_cache_tokens=llm.prefix_cache_tokens,  # as the plain engine's
     )
 
@@ -92,9 +98,14 @@ for r in range(rounds):
             kept += out.stats.accepted
         if reference is None:
             reference = outs
-        differ = [i for i, (a, b) in enumerate(zip(outs, reference)) if a != b]
+        differ = [i for i, (a, b) in enumerate(zip(outs, reference, strict=False)) if a != b]
         if differ:  # greedy verification keeps plain's tokens: report where it did not
-            first = [next(j for j, (x, y) in enumerate(zip(outs[i], reference[i])) if x != y) for i in differ]
+            first = [
+                next(
+                    j for j, (x, y) in enumerate(zip(outs[i], reference[i], strict=False)) if x != y
+                )  # noqa: E501
+                for i in differ
+            ]
             print(f"round {r} {name}: prompts {differ} differ from plain at token {first}")
         row = {
             "decode": (tokens - len(prompts)) / decode_s,
@@ -104,12 +115,19 @@ for r in range(rounds):
             "ttft": ttft / len(prompts),
         }
         rows[name].append(row)
-        print(f"round {r} {name:>10}: decode {row['decode']:.2f} tok/s, end to end {row['e2e']:.2f}, "
-              f"{row['per_step']:.2f} tok/step, kept {row['kept']:.3f}, TTFT {row['ttft']:.3f} s", flush=True)
+        print(
+            f"round {r} {name:>10}: decode {row['decode']:.2f} tok/s, end to end {row['e2e']:.2f}, "
+            f"{row['per_step']:.2f} tok/step, kept {row['kept']:.3f}, TTFT {row['ttft']:.3f} s",
+            flush=True,
+        )
 print("medians over rounds of the per-round ratio to plain (decode / end to end):")
 for name in methods:
     if name == "plain":
         continue
-    dec = statistics.median(a["decode"] / p["decode"] for a, p in zip(rows[name], rows["plain"]))
-    e2e = statistics.median(a["e2e"] / p["e2e"] for a, p in zip(rows[name], rows["plain"]))
-    print(f"  {name:>10}: {dec:.3f}x / {e2e:.3f}x, {rows[name][0]['per_step']:.2f} tok/step, kept {rows[name][0]['kept']:.3f}")
+    pairs = list(zip(rows[name], rows["plain"], strict=True))
+    dec = statistics.median(a["decode"] / p["decode"] for a, p in pairs)
+    e2e = statistics.median(a["e2e"] / p["e2e"] for a, p in pairs)
+    print(
+        f"  {name:>10}: {dec:.3f}x / {e2e:.3f}x, {rows[name][0]['per_step']:.2f} tok/step, "
+        f"kept {rows[name][0]['kept']:.3f}"
+    )
