@@ -69,13 +69,20 @@ def test_lowest_ids_keep_the_end_ids_in_place_of_the_highest():
     assert draft_vocab.lowest_ids(200, usable=90).tolist() == list(range(90))
 
 
-@pytest.fixture(scope="module")
-def pruned_drafter():
+def _even_ids_drafter(widen: bool):
+    """(a drafter over a one-layer tiny qwen2 with its head cut to the even ids, widened
+    by the context or not; the same model whole; the kept ids)."""
     draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
     full = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
     ids = torch.arange(0, 97, 2)
+    rows = draft_vocab.head_rows(draft.lm_head) if widen else None
     prune_vocab_head(draft, ids)
-    return DraftModelDrafter(draft, 97, 97, 4, 64, vocab=ids), full, ids
+    return DraftModelDrafter(draft, 97, 97, 4, 64, vocab=ids, context_rows=rows), full, ids
+
+
+@pytest.fixture(scope="module")
+def pruned_drafter():
+    return _even_ids_drafter(widen=False)
 
 
 def test_pruned_drafter_q_is_the_softmax_over_the_kept_ids(pruned_drafter):
@@ -118,13 +125,7 @@ def test_head_rows_of_an_int4_head_keep_only_its_blocks():
 
 @pytest.fixture()
 def widened_drafter():
-    """The even ids cut, widened by each row's context (a one-layer tiny qwen2)."""
-    draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
-    full = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
-    ids = torch.arange(0, 97, 2)
-    rows = draft_vocab.head_rows(draft.lm_head)
-    prune_vocab_head(draft, ids)
-    return DraftModelDrafter(draft, 97, 97, 4, 64, vocab=ids, context_rows=rows), full, ids
+    return _even_ids_drafter(widen=True)
 
 
 def test_widened_q_is_the_softmax_over_the_kept_and_context_ids(widened_drafter):
