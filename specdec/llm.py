@@ -156,6 +156,7 @@ class LLM:
         if draft_vocab and draft_tp > 1:
             raise InvalidParameterError("--draft-vocab needs --draft-tp 1 (a whole draft head)")
         self.draft_vocab = draft_vocab
+        self.draft_head = None  # what a draft model's vocabulary head scores, in words
         static, graphs = use_static_passes(torch.device(device), None, cuda_graphs)
         # Engine and drafter options, shared by every engine built on this LLM.
         self.engine_options = {
@@ -314,13 +315,16 @@ class LLM:
         usable = min(vocab, tok_size, draft_model.config.vocab_size)
         ids = rows = None
         cut, keep = self.draft_vocab, self.eos_ids
+        self.draft_head = "whole"
         if cut is None and shard is None and torch.device(device).type == "cpu":
             # By default a CPU draft scores the lowest ids and each request's own: its head
             # is 28% of the 0.5B's bytes a step, and a GPU's step is bound by its launches.
             if AUTO_DRAFT_VOCAB < usable:
                 ids = lowest_ids(AUTO_DRAFT_VOCAB, usable, keep=keep)
+                self.draft_head = f"the lowest {AUTO_DRAFT_VOCAB:,} ids + each request's own"
         elif cut and cut < usable:  # the most frequent ids in ShareGPT answers
             ids = frequent_ids(self.tokenizer, cut, usable, keep=keep)
+            self.draft_head = f"ShareGPT's {cut:,} most frequent ids + each request's own"
         if ids is not None:  # lossless: only q changes
             rows = head_rows(draft_model.lm_head)  # and the ids of each row's context
             prune_vocab_head(draft_model, ids)

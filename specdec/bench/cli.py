@@ -303,6 +303,8 @@ def _measure(
         message = f"specdec bench: {len(todo)} points to measure into {store.dir}"
         tqdm.write(message, file=sys.stderr)
     runner = _runner(preset, args)
+    if runner.llm.draft_head:  # the summary says what a draft model's head scored
+        extra["draft_head"] = runner.llm.draft_head
     try:
         _measure_points(todo, store, preset, args, extra, leader, runner)
     finally:

@@ -243,6 +243,12 @@ def _tp_line(config: dict) -> list[str]:
     ]
 
 
+def _draft_head(data: dict) -> str:
+    """` (head: ...)`: what the draft model's vocabulary head scored, where recorded."""
+    head = data.get("draft_head")
+    return f" (its vocabulary head: {head})" if head else ""
+
+
 def write_summary(
     out: Path, data: dict, rows: list[dict], skipped: list[dict], best: dict, plots: list[Path]
 ) -> Path:
@@ -252,7 +258,8 @@ def write_summary(
         "# Benchmark summary",
         "",
         f"**Machine:** {data.get('machine', '?')}  ",
-        f"**Target:** {config['model']}, **draft:** {config['draft']}, {config['dtype']} on "
+        f"**Target:** {config['model']}, **draft:** {config['draft']}"
+        f"{_draft_head(data)}, {config['dtype']} on "
         f"{config['device']}; up to {config['max_tokens']} new tokens per request"
         f"{' (ignore EOS)' if config.get('ignore_eos') else ' (stopping at EOS)'}, "
         f"`auto` windows up to k = {config['k_max']}.  ",

@@ -106,6 +106,8 @@ def test_files_and_fields(bench_out):
     summary = (bench_out / "summary.md").read_text()
     for heading in ("## Checks", "## All points", "## Cost model", "## Skipped", "## Plots"):
         assert heading in summary
+    # The tiny vocabulary is below the default cut: the draft's head was scored whole.
+    assert data["draft_head"] == "whole" and "(its vocabulary head: whole)" in summary
     # Without the extra it is not installed; with it, the tiny model has no GGUF file.
     from specdec.bench.peers import llamacpp_available
 

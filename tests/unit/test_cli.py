@@ -320,6 +320,9 @@ def test_cpu_drafts_default_to_the_lowest_ids_and_the_context(model_dir, monkeyp
         )
         outputs[vocab] = llm.generate(["abcab"], params)[0]
         drafter = llm.engine._drafter
+        assert llm.draft_head == (
+            "the lowest 40 ids + each request's own" if vocab is None else "whole"
+        )
         if vocab is None:
             kept = drafter.vocab.tolist()
             assert len(kept) == 40 and kept[:30] == list(range(30))
