@@ -328,10 +328,12 @@ class LLM:
         if ids is not None:  # lossless: only q changes
             rows = head_rows(draft_model.lm_head)  # and the ids of each row's context
             prune_vocab_head(draft_model, ids)
-        self.draft_model = _tuned(draft_model)
-        self.draft_model.layer_stack = self.layer_stack
+        self.draft_model = draft_model = _tuned(draft_model)
+        draft_model.layer_stack = self.layer_stack
+        # The factory holds this model, not the attribute: a later build (a script's second
+        # draft) must not hand an engine's drafter another model than its cut was made for.
         return lambda max_batch, max_len: DraftModelDrafter(
-            self.draft_model, vocab, tok_size, max_batch, max_len, vocab=ids,
+            draft_model, vocab, tok_size, max_batch, max_len, vocab=ids,
             context_rows=rows, **self.engine_options,
         )  # fmt: skip
 
