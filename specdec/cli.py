@@ -231,9 +231,7 @@ def _train_speculator_args(sub) -> None:
     )
     p.add_argument("--inner-dim", type=int, default=None, help="head width with --own-tables")
     p.add_argument("--tie-weights", action="store_true", help="share weights across heads")
-    p.add_argument(
-        "--draft-vocab", type=int, default=None, help="score only the N most frequent ids"
-    )
+    p.add_argument("--draft-vocab", type=int, default=0, help="score only the N most frequent ids")
     p.add_argument("--stage2-prompts", type=int, default=None, help="continuations generated")
     p.add_argument("--stage2-max-tokens", type=int, default=128)
     p.add_argument("--stage2-temperature", type=float, default=0.0)
