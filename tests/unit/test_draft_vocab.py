@@ -80,28 +80,33 @@ def _even_ids_drafter(widen: bool):
     return DraftModelDrafter(draft, 97, 97, 4, 64, vocab=ids, context_rows=rows), full, ids
 
 
-@pytest.fixture(scope="module")
-def pruned_drafter():
-    return _even_ids_drafter(widen=False)
-
-
-def test_pruned_drafter_q_is_the_softmax_over_the_kept_ids(pruned_drafter):
-    drafter, full, ids = pruned_drafter
+@pytest.mark.parametrize("widen", [False, True], ids=["cut", "cut + context"])
+def test_cut_drafter_q_is_the_softmax_over_the_scored_ids(widen):
+    """q is the whole model's softmax over the ids the head scores: the kept (even) ids,
+    and widened, also the odd ids of the rows' histories."""
+    drafter, full, ids = _even_ids_drafter(widen)
     drafter.admit([[5, 17, 42, 8], [60, 3, 9]])
     params = [SamplingParams(temperature=0.9, seed=1), SamplingParams(temperature=0)]
     draft = drafter.propose(3, params, [make_generator(i) for i in range(2)])
     q = draft.probs  # [B, k, V]
     assert q.shape == (2, 3, 97)
     torch.testing.assert_close(q.sum(-1), torch.ones(2, 3))
+    context = torch.tensor([3, 5, 9, 17])  # the odd ids of both rows
+    scored = torch.cat([ids, context]) if widen else ids
     outside = torch.ones(97, dtype=torch.bool)
-    outside[ids] = False
+    outside[scored] = False
     assert q[..., outside].abs().max() == 0
-    assert all(int(t) in set(ids.tolist()) for t in draft.tokens.flatten())
-    # The first position: the full model's logits at the kept ids, softmax at t = 0.9.
+    assert all(int(t) in set(scored.tolist()) for t in draft.tokens.flatten())
+    if widen:
+        assert q[0, 0, context].min() > 0
+    # The first position: the full model's logits at the scored ids, softmax at t = 0.9.
     logits = full(torch.tensor([[5, 17, 42, 8]]), full.new_cache(1, 64)).logits[0, -1]
-    expected = torch.softmax(logits[ids] / 0.9, -1)
-    torch.testing.assert_close(q[0, 0, ids], expected, rtol=1e-4, atol=1e-6)
+    expected = torch.softmax(logits[scored] / 0.9, -1)
+    torch.testing.assert_close(q[0, 0, scored], expected, rtol=1e-4, atol=1e-6)
     assert q[1].max(-1).values.eq(1).all()  # greedy: one-hot
+    # ... at the full model's argmax over the scored ids.
+    logits = full(torch.tensor([[60, 3, 9]]), full.new_cache(1, 64)).logits[0, -1]
+    assert int(draft.tokens[1, 0]) == int(scored[logits[scored].argmax()])
 
 
 def test_ids_past_the_usable_vocabulary_are_refused():
@@ -126,26 +131,6 @@ def test_head_rows_of_an_int4_head_keep_only_its_blocks():
 @pytest.fixture()
 def widened_drafter():
     return _even_ids_drafter(widen=True)
-
-
-def test_widened_q_is_the_softmax_over_the_kept_and_context_ids(widened_drafter):
-    drafter, full, ids = widened_drafter
-    drafter.admit([[5, 17, 42, 8], [60, 3, 9]])
-    params = [SamplingParams(temperature=0.9, seed=1), SamplingParams(temperature=0)]
-    draft = drafter.propose(3, params, [make_generator(i) for i in range(2)])
-    q = draft.probs  # [B, k, V]
-    torch.testing.assert_close(q.sum(-1), torch.ones(2, 3))
-    scored = torch.cat([ids, torch.tensor([3, 5, 9, 17])])  # the odd ids of both rows
-    outside = torch.ones(97, dtype=torch.bool)
-    outside[scored] = False
-    assert q[..., outside].abs().max() == 0
-    assert q[0, 0, [3, 5, 9, 17]].min() > 0
-    logits = full(torch.tensor([[5, 17, 42, 8]]), full.new_cache(1, 64)).logits[0, -1]
-    expected = torch.softmax(logits[scored] / 0.9, -1)
-    torch.testing.assert_close(q[0, 0, scored], expected, rtol=1e-4, atol=1e-6)
-    # The second row is greedy: its first token is the full model's argmax over those ids.
-    logits = full(torch.tensor([[60, 3, 9]]), full.new_cache(1, 64)).logits[0, -1]
-    assert int(draft.tokens[1, 0]) == int(scored[logits[scored].argmax()])
 
 
 def test_widened_ids_follow_the_rows(widened_drafter):
