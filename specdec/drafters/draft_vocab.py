@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from specdec.models.quant import Int4Linear, Q4Weights
+from specdec.models.quant import Int4Linear
 from specdec.models.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -57,14 +57,7 @@ def head_rows(head: nn.Module) -> Callable[[torch.Tensor], nn.Module]:
     if not isinstance(head, Int4Linear) or head.bias is not None:
         return head.output_rows
     blocks, dtype, tiled = head.q4, head.weight.dtype, head.tiles.numel() > 0
-    n_in = head.in_features
-
-    def rows(ids: torch.Tensor) -> nn.Module:
-        kept = Q4Weights(*(t[ids].contiguous() for t in blocks.tensors()))
-        shape = nn.Linear(n_in, len(ids), bias=False, device="meta", dtype=dtype)
-        return Int4Linear(shape, kept, tiles=tiled)
-
-    return rows
+    return lambda ids: Int4Linear.from_blocks(blocks.rows(ids), dtype, tiles=tiled)
 
 
 # The default cut on a CPU (`LLM(draft_vocab=None)`): the lowest ids, widened by the context.

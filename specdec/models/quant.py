@@ -100,6 +100,10 @@ class Q4Weights:
     def tensors(self) -> tuple[torch.Tensor, ...]:  # qs, sc, mn, d, dmin
         return tuple(getattr(self, f.name) for f in fields(self))
 
+    def rows(self, ids: torch.Tensor) -> Q4Weights:
+        """The blocks of the output rows `ids` only (each row is quantized on its own)."""
+        return Q4Weights(*(t[ids].contiguous() for t in self.tensors()))
+
     def group_steps(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(d * sc, dmin * mn) [N, K/32] fp32: each group's step and minimum."""
         groups = self.shape[1] // GROUP
@@ -265,11 +269,26 @@ class Int4Linear(_QuantLinear):
         half = self.weight.dtype in (torch.bfloat16, torch.float16)
         return half and self.out_features % 16 == 0
 
+    @classmethod
+    def from_blocks(
+        cls, blocks: Q4Weights, dtype: torch.dtype, bias=None, tiles: bool = True
+    ) -> Int4Linear:
+        """A layer over `blocks` as they are (its dense `weight` their dequantized values in
+        `dtype`), with `bias [N]` where given: no dense weight needed to make it."""
+        n, k = blocks.shape
+        shape = nn.Linear(k, n, bias=False, device="meta", dtype=dtype)
+        layer = cls(shape, blocks, tiles=tiles)
+        if bias is not None:
+            layer.bias = nn.Parameter(bias, requires_grad=False)
+        return layer
+
     def output_rows(self, ids: torch.Tensor) -> Int4Linear:
         """The same 4-bit blocks for the outputs `ids` only (each output row is quantized
         on its own, so the kept rows' weights are what they were)."""
-        rows = Q4Weights(*(t[ids].contiguous() for t in self.q4.tensors()))
-        return Int4Linear(Linear.output_rows(self, ids), rows, tiles=self.tiles.numel() > 0)
+        ids = ids.to(self.qs.device)
+        bias = None if self.bias is None else self.bias.detach()[ids].clone()
+        tiled = self.tiles.numel() > 0
+        return Int4Linear.from_blocks(self.q4.rows(ids), self.weight.dtype, bias, tiled)
 
     def packed(self, fmt, x):
         if native.q4_gemv() is not None:
