@@ -166,7 +166,7 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
         assert "native_bf16" not in Linear(64, 48).to(torch.bfloat16).kernels()
         pytest.skip("no native kernel on this machine")
     torch.manual_seed(0)
-    # 43 outputs: tiles of 4 or 2 output rows leave 3 or 1 over; 5 whole panels of 8 (one
+    # 43 outputs: tiles of 8, 3 or 2 output rows leave 3, 1 or 1 over; 5 whole panels of 8 (one
     # beside the pairs or threes the kernel takes at once) and one cut to 3 outputs; 7-8
     # rows go in two groups.
     w = torch.randn(43, 72).to(torch.bfloat16)
