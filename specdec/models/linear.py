@@ -14,13 +14,13 @@ one shape (the way a decode step sweeps them, so the caches behave as they will)
 the fastest, and caches the choice per machine (`kernel_tuning`).
 
 Memory: two formats are stored copies of the weights, in the same dtype: oneDNN's
-prepacked weights (only where that kernel measures fastest) and, on CPUs whose native build
-is AVX2, the native kernel's panel layout (`pack_panels`), which the decode stack reads
-too, so a bf16 model there holds its weights twice (3.1 GB more for the 1.5B) for products
-of 1-6 rows 1.01-1.26x faster than from the row layout (7-8 rows 0.96-1.10x; measured on
-a Zen 3, docs/BENCHMARKS.md stop 48). A stored fp32 copy was measured too
-and dropped: it doubles a bf16 model's memory (6.2 GB more for the 1.5B) for no gain over
-the native kernel.
+prepacked weights (only where that kernel measures fastest) and the native kernel's panel
+layout (`pack_panels`: 8 outputs a panel in AVX2 builds, 32 in AVX-512 ones), which the
+decode stack reads too, so a bf16 model holds its weights twice (3.1 GB more for the 1.5B)
+for products 1.01-1.26x faster than from the row layout on a Zen 3 (1-6 rows; 7-8 rows
+0.96-1.10x; docs/BENCHMARKS.md stop 48) and 1.05-1.6x on a Zen 4 (1-8 rows, stop 53).
+A stored fp32 copy was measured too and dropped: it doubles a bf16 model's memory (6.2 GB
+more for the 1.5B) for no gain over the native kernel.
 
 A candidate is a name in `KERNELS`: a function `(layer, x [rows, in]) -> [rows, out]` plus
 the weight format it needs, prepared once per layer (`prepare`). Every candidate computes
@@ -142,21 +142,24 @@ def _onednn(layer, fmt, x):
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def pack_panels(weight: torch.Tensor) -> torch.Tensor:
-    """[N, K] -> [ceil(N / 8), K, 8]: the native bf16 kernel's panel layout (bf16_kernel.h),
-    for each k the weights of 8 outputs side by side, zero rows past N."""
+def pack_panels(weight: torch.Tensor, width: int = 8) -> torch.Tensor:
+    """[N, K] -> [ceil(N / width), K, width]: the native bf16 kernel's panel layout
+    (bf16_kernel.h; `width` is the build's `native.bf16_panel_width()`), for each k the
+    weights of `width` outputs side by side, zero rows past N."""
     n_out, n_in = weight.shape
-    padded = -(-n_out // 8) * 8
+    padded = -(-n_out // width) * width
     weight = weight.detach()
     if padded != n_out:
         weight = torch.cat([weight, weight.new_zeros(padded - n_out, n_in)])
-    return weight.view(padded // 8, 8, n_in).transpose(1, 2).contiguous()
+    return weight.view(padded // width, width, n_in).transpose(1, 2).contiguous()
 
 
 def _native_pack(layer):
-    """The panel layout where the build reads it (AVX2 builds), else None (the row layout:
-    `layer.weight` as it is)."""
-    return pack_panels(layer.weight) if native.bf16_panels() else None
+    """The panel layout where the build reads it (every build since stop 53), else None
+    (the row layout: `layer.weight` as it is)."""
+    if not native.bf16_panels():
+        return None
+    return pack_panels(layer.weight, native.bf16_panel_width())
 
 
 def _native_bf16(layer, fmt, x):  # bf16 weights widened in registers (native/bf16_kernel.h)

@@ -166,21 +166,27 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
         assert "native_bf16" not in Linear(64, 48).to(torch.bfloat16).kernels()
         pytest.skip("no native kernel on this machine")
     torch.manual_seed(0)
-    # 43 outputs: tiles of 8, 3 or 2 output rows leave 3, 1 or 1 over; 5 whole panels of 8 (one
-    # beside the pairs or threes the kernel takes at once) and one cut to 3 outputs; 7-8
-    # rows go in two groups.
+    # 43 outputs: tiles of 8, 3 or 2 output rows leave 3, 1 or 1 over; whole panels of 8 (5,
+    # one beside the pairs or threes the AVX2 kernel takes at once) or one of 32 (beside the
+    # 2 or 4 the AVX-512 kernel takes), and a last panel cut to 3 or 11 outputs; 7-8 rows
+    # go in two groups.
     w = torch.randn(43, 72).to(torch.bfloat16)
     x = torch.randn(8, 72)
-    for panels in (None, pack_panels(w)):  # both layouts, whichever the build reads
+    width = native.bf16_panel_width()
+    for panels in (None, pack_panels(w, width)):  # both layouts, whichever the build reads
         for rows in range(1, 9):
             out = op(x[:rows], w, panels)
             torch.testing.assert_close(out, F.linear(x[:rows], w.float()), atol=1e-4, rtol=1e-5)
             assert torch.equal(out, torch.cat([op(x[i : i + 1], w, panels) for i in range(rows)]))
-    packed = pack_panels(w)  # [6, 72, 8]: output 8p + j of every k at [p, k, j], zeros past 43
+    # [6, 72, 8]: output 8p + j of every k at [p, k, j], zeros past 43; [2, 72, 32] alike
+    packed = pack_panels(w)
     assert packed.shape == (6, 72, 8) and torch.equal(packed[5, :, 3:], torch.zeros(72, 5))
     assert torch.equal(packed[2, 5], w[16:24, 5])
+    wide = pack_panels(w, 32)
+    assert wide.shape == (2, 72, 32) and torch.equal(wide[1, :, 11:], torch.zeros(72, 21))
+    assert torch.equal(wide[1, 5, :11], w[32:43, 5])
     with pytest.raises(RuntimeError, match="panels"):
-        op(x, w, packed[:5].contiguous())
+        op(x, w, pack_panels(w, width)[:1].contiguous())
     layer = Linear(72, 40).to(torch.bfloat16)
     layer.prepare("native_bf16")  # the layout the build reads: panels on AVX2, rows on AVX-512
     assert (layer.formats["native_bf16"] is not None) == native.bf16_panels()

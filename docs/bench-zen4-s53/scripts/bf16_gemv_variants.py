@@ -25,8 +25,9 @@ NATIVE = Path(__file__).resolve().parents[3] / "specdec" / "models" / "native"
 
 SOURCE = Path(__file__).with_suffix(".cpp").read_text()
 
+SHIP_T = "--tiles" in sys.argv  # the tile heights of `ship` (stop 53 chose 8 from these)
 PAIRS = False  # the `pairs` layout: measured slower than `ship` here (see the log)
-FUNCS = ["ship", "ship_t", "pairs", "touch"]
+FUNCS = ["ship", "ship_t", "pairs", "panels32", "touch"]
 
 
 def main() -> None:
@@ -56,21 +57,39 @@ def main() -> None:
         "mlp_down 1536x8960": (1536, 8960),
         "head 151936x1536": (151936, 1536),
     }
-    if len(sys.argv) > 2:
-        shapes = {k: v for k, v in shapes.items() if k.split()[0] in sys.argv[2].split(",")}
+    names = [a for a in sys.argv[2:] if not a.startswith("--")]
+    if names:
+        shapes = {k: v for k, v in shapes.items() if k.split()[0] in names[0].split(",")}
     for label, (N, K) in shapes.items():
         copies = max(2, int(440e6 // (N * K * 2)))
         ws = [torch.randn(N, K).to(torch.bfloat16) for _ in range(copies)]
         nbytes = N * K * 2
-        for R in (1, 2, 4, 5):
+        packed = {id(w): w.view(N // 32, 32, K).transpose(1, 2).contiguous() for w in ws}
+        for R in (1, 2, 4, 5, 8):
             x = torch.randn(R, K)
             ref = x @ ws[0].float().T
             cands = {"ship": lambda w, x=x: mod.ship(x, w)}
-            for T in {1: (4, 6, 8, 12), 2: (4, 6, 8, 10), 4: (3, 4), 5: ()}[R]:
+            for T in (
+                {1: (4, 6, 8, 12), 2: (4, 6, 8, 10), 4: (3, 4), 5: (), 8: ()}[R] if SHIP_T else ()
+            ):
                 cands[f"ship T{T}"] = lambda w, x=x, T=T: mod.ship_t(x, w, T)
-            Ts = {1: [(4, 1), (8, 1)], 2: [(4, 1)], 4: [(3, 1)], 5: [(2, 1)]}[R] if PAIRS else []
+            Ts = (
+                {1: [(4, 1), (8, 1)], 2: [(4, 1)], 4: [(3, 1)], 5: [(2, 1)], 8: []}[R]
+                if PAIRS
+                else []
+            )
             for T, d in Ts:
                 cands[f"pairs T{T} d{d}"] = lambda w, x=x, T=T, d=d: mod.pairs(x, w, T, d)
+            for V, pf in {
+                1: [(2, 0), (4, 0), (4, 16), (8, 0), (8, 16)],
+                2: [(2, 0), (4, 0), (2, 16), (4, 16)],
+                4: [(1, 16), (2, 0), (2, 16)],
+                5: [(1, 16), (2, 0), (2, 16)],
+                8: [(1, 0), (1, 16)],
+            }[R]:
+                cands[f"panels32 V{V} pf{pf}"] = lambda w, x=x, V=V, pf=pf, packed=packed: (
+                    mod.panels32(x, packed[id(w)], V, pf)
+                )
             if R == 1:
                 for T in (4, 8):
                     cands[f"touch T{T}"] = lambda w, T=T: mod.touch(w, T)

@@ -36,9 +36,16 @@ def bf16_gemv():
 
 def bf16_panels() -> bool:
     """Whether the build's `bf16_gemv` is given its weights in the panel layout
-    (`linear.pack_panels`; AVX2 builds): measured faster there at every row count. Follows
-    `bf16_gemv`'s cache (and its `cache_clear`)."""
+    (`linear.pack_panels`; every build since stop 53): measured faster at every row count,
+    on a Zen 3 (AVX2) and a Zen 4 (AVX-512). Follows `bf16_gemv`'s cache (and its
+    `cache_clear`)."""
     return bf16_gemv() is not None and bool(_loaded["bf16_gemv"].PANELS)
+
+
+def bf16_panel_width() -> int:
+    """Outputs per panel of the build's layout (bf16_kernel.h: 8 in AVX2 builds, 32 in
+    AVX-512 ones); only meaningful where `bf16_panels()`."""
+    return int(_loaded["bf16_gemv"].PANEL) if bf16_gemv() is not None else 8
 
 
 @cache

@@ -5,7 +5,7 @@
 #include "bf16_kernel.h"
 
 // x [R, K] fp32, w [N, K] bf16 contiguous, K % 8 == 0 -> y [R, N] fp32. `panels`: W in the
-// panel layout ([ceil(N / 8), K, 8] bf16, bf16_kernel.h), or None: the row layout.
+// panel layout ([ceil(N / PANEL), K, PANEL] bf16, bf16_kernel.h), or None: the row layout.
 torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> panels_or_none) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "shapes");
   TORCH_CHECK(x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kBFloat16, "dtypes");
@@ -30,4 +30,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bf16_gemv", &bf16_gemv, "y = x @ W.T, W bf16 widened in registers (AVX2 + FMA)",
         pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("panels") = pybind11::none());
   m.attr("PANELS") = bf16::PANELS;
+  m.attr("PANEL") = bf16::PANEL;  // outputs a panel: 8 in AVX2 builds, 32 in AVX-512 ones
 }

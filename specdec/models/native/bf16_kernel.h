@@ -134,25 +134,79 @@ inline void in_row_chunks(int64_t R, Body&& body) {
   }
 }
 
-// --- The panel layout (AVX2 builds: `PANELS`) --------------------------------------------
-// W [N, K] stored as panels of 8 outputs, [ceil(N / 8), K, 8] bf16: for each k the 8
-// weights of outputs 8p..8p+7 side by side (zero rows past N; `linear.pack_panels` packs).
-// A product broadcasts one activation and multiplies it into 8 outputs at once, so each
-// (row, output) sums its products in one lane, in the order of k, with no horizontal sum,
-// and a row's activations are read as scalars (from L1) instead of 8-wide vectors per 2
-// weight rows as above. Why: on a Zen 3 (AVX2, 2 threads, the 1.5B's shapes streamed from
-// memory, both layouts taking turns; docs/bench-zen3-s48/bf16_panels.log) 1-5 rows ran
-// 1.04-1.26x faster than the row layout, 6 rows 1.01-1.13x, 7-8 rows 0.96-1.10x. The floats differ from the
-// row layout's in the last bits (another order of sums); batch-invariant like it.
+// --- The panel layout ---------------------------------------------------------------------
+// W [N, K] stored as panels of PANEL outputs, [ceil(N / PANEL), K, PANEL] bf16: for each k
+// the weights of outputs PANEL p .. PANEL p + PANEL - 1 side by side (zero rows past N;
+// `linear.pack_panels` packs). A product broadcasts one activation and multiplies it into
+// the panel's outputs at once, so each (row, output) sums its products in one lane, in the
+// order of k, with no horizontal sum, and a panel is one sequential stream of K * PANEL
+// weights. The floats are the same in both builds (one fused multiply-add per k and output,
+// in the order of k); they differ from the row layout's in the last bits. Batch-invariant.
+// - AVX2 builds: panels of 8 (one 16-byte load a k). On a Zen 3 (2 threads, the 1.5B's
+//   shapes streamed from memory, both layouts taking turns; docs/bench-zen3-s48/
+//   bf16_panels.log) 1-5 rows ran 1.04-1.26x faster than the row layout, 6 rows 1.01-1.13x,
+//   7-8 rows 0.96-1.10x.
+// - AVX-512 builds: panels of 32, a k's weights one 64-byte line, split into the even and
+//   the odd outputs by a shift and a mask (no cross-lane widening). On a Zen 4 (2 threads,
+//   the same shapes, taking turns; docs/bench-zen4-s53/bf16_gemv_variants.log) against the
+//   row layout: 1 row 1.05-1.6x, 2 rows 1.13-1.3x, 4-5 rows 1.2-1.5x, 8 rows 1.4-1.5x. The
+//   row layout read 8 output rows of 3 KB at once for the K = 1536 shapes, and that pattern
+//   itself streamed slower than one sequential read.
+#if defined(__AVX512F__)
+constexpr int PANEL = 32;
+#else
 constexpr int PANEL = 8;
+#endif
 
-// Checks that `panels` is W [N, K] in the panel layout: bf16, contiguous, [ceil(N / 8), K, 8].
+// Checks that `panels` is W [N, K] in the panel layout: bf16, contiguous, [ceil(N / PANEL), K, PANEL].
 inline void check_panels(const at::Tensor& panels, int64_t N, int64_t K) {
   TORCH_CHECK(panels.scalar_type() == at::kBFloat16 && panels.is_contiguous() && panels.dim() == 3 &&
                   panels.size(0) == (N + PANEL - 1) / PANEL && panels.size(1) == K && panels.size(2) == PANEL,
-              "bf16 panels: bf16, contiguous, [ceil(N / 8), K, 8]");
+              "bf16 panels: bf16, contiguous, [ceil(N / ", PANEL, "), K, ", PANEL, "]");
 }
 
+#if defined(__AVX512F__)
+// R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
+// panels' 32 V outputs side by side). Any K. Where R > 2, a line 16 k ahead (1 KB) is
+// prefetched: measured 1.3-1.5x faster at 4-8 rows, no faster at 1-2.
+template <int R, int V>
+inline void panels_times_rows(const float* x, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
+  constexpr int AHEAD = R > 2 ? 16 : 0;  // lines
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 even[V][R], odd[V][R];  // outputs 2i and 2i + 1 of each panel in lane i
+  for (int v = 0; v < V; ++v)
+    for (int r = 0; r < R; ++r) even[v][r] = odd[v][r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    for (int v = 0; v < V; ++v) {
+      const uint16_t* line = panel + (v * K + k) * PANEL;
+      if constexpr (AHEAD > 0) _mm_prefetch(reinterpret_cast<const char*>(line + AHEAD * PANEL), _MM_HINT_T0);
+      const __m512i raw = _mm512_loadu_si512(line);  // 32 bf16: output 2i low, 2i + 1 high
+      const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+      const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(raw, high));
+      for (int r = 0; r < R; ++r) {
+        const __m512 xb = _mm512_set1_ps(x[r * K + k]);
+        even[v][r] = _mm512_fmadd_ps(we, xb, even[v][r]);
+        odd[v][r] = _mm512_fmadd_ps(wo, xb, odd[v][r]);
+      }
+    }
+  }
+  for (int v = 0; v < V; ++v)
+    for (int r = 0; r < R; ++r) {
+      alignas(64) float e[16], o[16];
+      _mm512_store_ps(e, even[v][r]);
+      _mm512_store_ps(o, odd[v][r]);
+      float* out = y + r * ldy + v * PANEL;
+      for (int i = 0; i < 16; ++i) {
+        out[2 * i] = e[i];
+        out[2 * i + 1] = o[i];
+      }
+    }
+}
+
+// Panels read at a time for R rows: at most 16 accumulators (2 V R); on the Zen 4, 4
+// panels at 1-2 rows streamed 1.05-1.2x faster than 2, 2 at 4-5 rows faster than 1.
+constexpr int panels_at_once(int R) { return R <= 2 ? 4 : (R <= 5 ? 2 : 1); }
+#else
 // R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
 // panels' 8 V outputs side by side). K % 4 == 0.
 template <int R, int V>
@@ -180,6 +234,11 @@ inline void panels_times_rows(const float* x, const uint16_t* panel, float* y, i
     for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * ldy + v * PANEL, acc[v][r]);
 }
 
+// Panels read at a time for R rows: at most 12 accumulators (V x R), and fewer panels at
+// once streamed faster at 1-2 rows.
+constexpr int panels_at_once(int R) { return R == 4 ? 3 : (R <= 6 ? 2 : 1); }
+#endif
+
 // R rows (R <= 8) against every panel, V panels at a time (`panels_at_once`), a last panel
 // that N cuts short through a scratch tile.
 template <int R, int V>
@@ -199,10 +258,6 @@ void panel_rows(const float* x, const uint16_t* wp, float* y, int64_t K, int64_t
   }
 }
 
-// Panels read at a time for R rows: at most 12 accumulators (V x R), and fewer panels at
-// once streamed faster at 1-2 rows.
-constexpr int panels_at_once(int R) { return R == 4 ? 3 : (R <= 6 ? 2 : 1); }
-
 // x [R, K] fp32 (any R, in chunks as `run`), wp the panels of W [N, K] -> y [R, N].
 inline void run_panels(const float* x, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N) {
   in_row_chunks(R, [&](auto rows, int64_t r0) {
@@ -211,13 +266,9 @@ inline void run_panels(const float* x, int64_t R, const uint16_t* wp, float* y, 
   });
 }
 
-// Whether a build's `native_bf16` reads the panel layout: the AVX2 builds. AVX-512 builds
-// keep the row layout, whose 16-wide path (above) was measured there and the panels not.
-#if defined(__AVX512F__)
-constexpr bool PANELS = false;
-#else
+// Whether a build's `native_bf16` reads the panel layout: every build now (AVX2 since stop
+// 48, AVX-512 since stop 53); the row layout stays for callers that give no panels.
 constexpr bool PANELS = true;
-#endif
 
 template <int R>
 void run_rows(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N) {
