@@ -9,6 +9,9 @@ reads ~42 GB/s, and oneDNN reads no faster than ours, so the bf16 1.5B's plain s
            stop 53 ships 8; 3 for 3-5 rows)
   pairs    64-byte loads, 32 weights split into the even and odd ones by a shift and a mask
            (x permuted to match once a call), no cross-lane widening
+  panels32 W in panels of 32 outputs ([N / 32, K, 32]: one 64-byte line a k), split into
+           the even and odd outputs as `pairs` does, V panels at a time, a line pfN k
+           ahead prefetched (stop 53 ships this layout: bf16_kernel.h)
   touch    the same loads as `pairs` with one integer add each: what the access pattern reads
 Usage: python bf16_gemv_variants.py [rounds]
 """
@@ -87,6 +90,8 @@ def main() -> None:
                 5: [(1, 16), (2, 0), (2, 16)],
                 8: [(1, 0), (1, 16)],
             }[R]:
+                if N % (32 * V):  # the prototype takes whole groups of V panels only
+                    continue
                 cands[f"panels32 V{V} pf{pf}"] = lambda w, x=x, V=V, pf=pf, packed=packed: (
                     mod.panels32(x, packed[id(w)], V, pf)
                 )
