@@ -276,10 +276,12 @@ void run_rows(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N)
   at::parallel_for(0, N, 64, [&](int64_t begin, int64_t end) {
 #if defined(__AVX512F__)
     // Output rows per register tile: 8 for 1-2 rows (16 accumulators, 8 widened weights and
-    // x: 25 of 32 registers), which streamed 1.08-1.14x faster than 4 on a Zen 4 (2 threads,
-    // the 1.5B's shapes from memory, taking turns: docs/bench-zen4-s53/bf16_gemv_variants.log),
-    // 12 no faster than 8; 3-5 rows were the same at 3 and 4. The tile only orders the reads:
-    // every (row, output) sums in the same order, so the floats are the same at any T.
+    // x: 25 of 32 registers), which streamed 1.10-1.29x faster than 4 at one row and
+    // 1.13-1.16x at two on a Zen 4 (2 threads, the 1.5B's shapes from memory, taking turns:
+    // docs/bench-zen4-s53/bf16_gemv_variants.log); 12 no faster than 8; 3-5 rows the same
+    // at 3 and 4. The tile only orders the reads: every (row, output) sums in the same
+    // order, so the floats are the same at any T. (The panels above are read instead
+    // wherever a layer has them; this layout serves callers that give none.)
     constexpr int T = R <= 2 ? 8 : (R <= 5 ? 3 : 2);
     rows_times_weights_512<R, T>(x, w, y, K, N, begin, end);
 #else
