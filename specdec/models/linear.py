@@ -18,7 +18,7 @@ prepacked weights (only where that kernel measures fastest) and the native kerne
 layout (`pack_panels`: 8 outputs a panel in AVX2 builds, 32 in AVX-512 ones), which the
 decode stack reads too, so a bf16 model holds its weights twice (3.1 GB more for the 1.5B)
 for products 1.01-1.26x faster than from the row layout on a Zen 3 (1-6 rows; 7-8 rows
-0.96-1.10x; docs/BENCHMARKS.md stop 48) and 1.05-1.6x on a Zen 4 (1-8 rows, stop 53).
+0.96-1.10x; docs/BENCHMARKS.md stop 48) and 1.14-1.62x on a Zen 4 (1-8 rows, stop 53).
 A stored fp32 copy was measured too and dropped: it doubles a bf16 model's memory (6.2 GB
 more for the 1.5B) for no gain over the native kernel.
 

@@ -35,11 +35,11 @@ def bf16_gemv():
 
 
 def bf16_panels() -> bool:
-    """Whether the build's `bf16_gemv` is given its weights in the panel layout
-    (`linear.pack_panels`; every build since stop 53): measured faster at every row count,
-    on a Zen 3 (AVX2) and a Zen 4 (AVX-512). Follows `bf16_gemv`'s cache (and its
-    `cache_clear`)."""
-    return bf16_gemv() is not None and bool(_loaded["bf16_gemv"].PANELS)
+    """Whether `bf16_gemv` is given its weights in the panel layout (`linear.pack_panels`):
+    wherever it is built, since stop 53 (AVX2 builds since stop 48), measured faster than
+    the row layout on a Zen 3 (AVX2) and a Zen 4 (AVX-512); the row layout stays for
+    callers that give no panels. Follows `bf16_gemv`'s cache (and its `cache_clear`)."""
+    return bf16_gemv() is not None
 
 
 def bf16_panel_width() -> int:

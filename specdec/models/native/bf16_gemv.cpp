@@ -29,6 +29,5 @@ torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bf16_gemv", &bf16_gemv, "y = x @ W.T, W bf16 widened in registers (AVX2 + FMA)",
         pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("panels") = pybind11::none());
-  m.attr("PANELS") = bf16::PANELS;
   m.attr("PANEL") = bf16::PANEL;  // outputs a panel: 8 in AVX2 builds, 32 in AVX-512 ones
 }

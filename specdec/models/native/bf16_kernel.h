@@ -148,10 +148,10 @@ inline void in_row_chunks(int64_t R, Body&& body) {
 //   7-8 rows 0.96-1.10x.
 // - AVX-512 builds: panels of 32, a k's weights one 64-byte line, split into the even and
 //   the odd outputs by a shift and a mask (no cross-lane widening). On a Zen 4 (2 threads,
-//   the same shapes, taking turns; docs/bench-zen4-s53/bf16_gemv_variants.log) against the
-//   row layout: 1 row 1.05-1.6x, 2 rows 1.13-1.3x, 4-5 rows 1.2-1.5x, 8 rows 1.4-1.5x. The
-//   row layout read 8 output rows of 3 KB at once for the K = 1536 shapes, and that pattern
-//   itself streamed slower than one sequential read.
+//   the same shapes, taking turns; docs/bench-zen4-s53/bf16_panels32.log) against the row
+//   layout: 1 row 1.17-1.28x, 2 rows 1.14-1.28x, 4-5 rows 1.17-1.62x, 8 rows 1.41-1.48x.
+//   The row layout read 8 output rows of 3 KB at once for the K = 1536 shapes, and that
+//   pattern itself streamed slower than one sequential read.
 #if defined(__AVX512F__)
 constexpr int PANEL = 32;
 #else
@@ -168,7 +168,8 @@ inline void check_panels(const at::Tensor& panels, int64_t N, int64_t K) {
 #if defined(__AVX512F__)
 // R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
 // panels' 32 V outputs side by side). Any K. Where R > 2, a line 16 k ahead (1 KB) is
-// prefetched: measured 1.3-1.5x faster at 4-8 rows, no faster at 1-2.
+// prefetched: in bf16_panels32.log 1.19-1.37x faster at 8 rows (one panel at a time),
+// 0.92-1.06x at 4-5 rows (two), 0.87-0.95x at one row and 0.98-1.04x at two (four).
 template <int R, int V>
 inline void panels_times_rows(const float* x, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
   constexpr int AHEAD = R > 2 ? 16 : 0;  // lines
@@ -203,8 +204,9 @@ inline void panels_times_rows(const float* x, const uint16_t* panel, float* y, i
     }
 }
 
-// Panels read at a time for R rows: at most 16 accumulators (2 V R); on the Zen 4, 4
-// panels at 1-2 rows streamed 1.05-1.2x faster than 2, 2 at 4-5 rows faster than 1.
+// Panels read at a time for R rows: at most 16 accumulators (2 V R). On the Zen 4
+// (bf16_panels32.log) 4 panels at one row streamed 1.01-1.09x as fast as 2, and 0.97-1.03x
+// at two rows; 2 panels at 4-5 rows 0.96-1.08x as fast as 1, and 1 at 8 rows.
 constexpr int panels_at_once(int R) { return R <= 2 ? 4 : (R <= 5 ? 2 : 1); }
 #else
 // R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
@@ -265,10 +267,6 @@ inline void run_panels(const float* x, int64_t R, const uint16_t* wp, float* y, 
     panel_rows<C, panels_at_once(C)>(x + r0 * K, wp, y + r0 * N, K, N);
   });
 }
-
-// Whether a build's `native_bf16` reads the panel layout: every build now (AVX2 since stop
-// 48, AVX-512 since stop 53); the row layout stays for callers that give no panels.
-constexpr bool PANELS = true;
 
 template <int R>
 void run_rows(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N) {
