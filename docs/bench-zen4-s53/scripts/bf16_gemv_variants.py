@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from torch.utils.cpp_extension import load_inline
 
+from specdec.models.native import BASE_FLAGS, ISA_FLAGS
+
 NATIVE = Path(__file__).resolve().parents[3] / "specdec" / "models" / "native"
 
 SOURCE = Path(__file__).with_suffix(".cpp").read_text()
@@ -41,16 +43,7 @@ def main() -> None:
         cpp_sources=SOURCE,
         functions=FUNCS,
         extra_include_paths=[str(NATIVE)],
-        extra_cflags=[
-            "-O3",
-            "-mavx2",
-            "-mfma",
-            "-fopenmp",
-            "-mavx512f",
-            "-mavx512bw",
-            "-mavx512vl",
-            "-mavx512vnni",
-        ],
+        extra_cflags=[*BASE_FLAGS, *ISA_FLAGS["avx512"]],  # the engine's AVX-512 build
         extra_ldflags=["-fopenmp"],
         verbose=False,
     )

@@ -122,6 +122,7 @@ def sources_digest() -> str:
 # BF16's `vdpbf16ps`, tried on a Xeon with it, multiplied 0.7x as fast as the widened fp32
 # FMAs with the weights in cache, 0.56x for one row: no path uses it.)
 ISA_FLAGS = {"avx2": [], "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]}
+BASE_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # every build's, before its ISA_FLAGS
 ISA_NEEDS = {
     "avx2": {"avx2", "fma"},
     "avx512": {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"},
@@ -181,7 +182,7 @@ def _build(name: str):
         return load(
             name=f"specdec_{name}",
             sources=[str(HERE / f"{name}.cpp")],
-            extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", *ISA_FLAGS[isa]],
+            extra_cflags=[*BASE_FLAGS, *ISA_FLAGS[isa]],
             extra_ldflags=["-fopenmp"],
             build_directory=str(build),
             verbose=False,
