@@ -15,10 +15,12 @@ the fastest, and caches the choice per machine (`kernel_tuning`).
 
 Memory: two formats are stored copies of the weights, in the same dtype: oneDNN's
 prepacked weights (only where that kernel measures fastest) and the native kernel's panel
-layout (`pack_panels`: 8 outputs a panel in AVX2 builds, 32 in AVX-512 ones), which the
-decode stack reads too, so a bf16 model holds its weights twice (3.1 GB more for the 1.5B)
-for products 1.01-1.26x faster than from the row layout on a Zen 3 (1-6 rows; 7-8 rows
-0.96-1.10x; docs/BENCHMARKS.md stop 48) and 1.14-1.62x on a Zen 4 (1-8 rows, stop 53).
+layout (`pack_panels`: 8 outputs a panel in AVX2 builds, 32 in AVX-512 ones, 16 outputs
+by pairs of k in AVX-512 BF16 ones), which the decode stack reads too, so a bf16 model
+holds its weights twice (3.1 GB more for the 1.5B) for products 1.01-1.26x faster than from
+the row layout on a Zen 3 (1-6 rows; 7-8 rows 0.96-1.10x; docs/BENCHMARKS.md stop 48) and
+1.14-1.62x on a Zen 4 (1-8 rows, stop 53); the pair panels multiply 1.6x as fast again
+there, which keeps a 5-8 row verify pass near the memory's pace (stop 54).
 A stored fp32 copy was measured too and dropped: it doubles a bf16 model's memory (6.2 GB
 more for the 1.5B) for no gain over the native kernel.
 
@@ -142,16 +144,20 @@ def _onednn(layer, fmt, x):
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def pack_panels(weight: torch.Tensor, width: int = 8) -> torch.Tensor:
-    """[N, K] -> [ceil(N / width), K, width]: the native bf16 kernel's panel layout
-    (bf16_kernel.h; `width` is the build's `native.bf16_panel_width()`), for each k the
-    weights of `width` outputs side by side, zero rows past N."""
+def pack_panels(weight: torch.Tensor, width: int = 8, kstep: int = 1) -> torch.Tensor:
+    """[N, K] -> [ceil(N / width), K / kstep, width * kstep]: the native bf16 kernel's panel
+    layout (bf16_kernel.h; `width` and `kstep` are the build's `native.bf16_panel_width()`
+    and `bf16_panel_kstep()`): for each k (each `kstep` consecutive k) the weights of
+    `width` outputs side by side (each output's `kstep` weights together), zero rows past N."""
     n_out, n_in = weight.shape
+    if n_in % kstep:
+        raise ValueError(f"pack_panels: K = {n_in} is not a multiple of kstep = {kstep}")
     padded = -(-n_out // width) * width
     weight = weight.detach()
     if padded != n_out:
         weight = torch.cat([weight, weight.new_zeros(padded - n_out, n_in)])
-    return weight.view(padded // width, width, n_in).transpose(1, 2).contiguous()
+    panels = weight.view(padded // width, width, n_in // kstep, kstep).transpose(1, 2)
+    return panels.reshape(padded // width, n_in // kstep, width * kstep).contiguous()
 
 
 def _native_pack(layer):
@@ -159,7 +165,7 @@ def _native_pack(layer):
     (the row layout: `layer.weight` as it is)."""
     if not native.bf16_panels():
         return None
-    return pack_panels(layer.weight, native.bf16_panel_width())
+    return pack_panels(layer.weight, native.bf16_panel_width(), native.bf16_panel_kstep())
 
 
 def _native_bf16(layer, fmt, x):  # bf16 weights widened in registers (native/bf16_kernel.h)

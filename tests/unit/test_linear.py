@@ -172,11 +172,13 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
     # go in two groups.
     w = torch.randn(43, 72).to(torch.bfloat16)
     x = torch.randn(8, 72)
-    width = native.bf16_panel_width()
-    for panels in (None, pack_panels(w, width)):  # both layouts, whichever the build reads
+    width, kstep = native.bf16_panel_width(), native.bf16_panel_kstep()
+    for panels in (None, pack_panels(w, width, kstep)):  # both layouts the build reads
+        # The AVX-512 BF16 build's panels multiply bf16 pairs: x is rounded to bf16 first.
+        xr = x.bfloat16().float() if panels is not None and kstep == 2 else x
         for rows in range(1, 9):
             out = op(x[:rows], w, panels)
-            torch.testing.assert_close(out, F.linear(x[:rows], w.float()), atol=1e-4, rtol=1e-5)
+            torch.testing.assert_close(out, F.linear(xr[:rows], w.float()), atol=1e-4, rtol=1e-5)
             assert torch.equal(out, torch.cat([op(x[i : i + 1], w, panels) for i in range(rows)]))
     # [6, 72, 8]: output 8p + j of every k at [p, k, j], zeros past 43; [2, 72, 32] alike
     packed = pack_panels(w)
@@ -185,8 +187,15 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
     wide = pack_panels(w, 32)
     assert wide.shape == (2, 72, 32) and torch.equal(wide[1, :, 11:], torch.zeros(72, 21))
     assert torch.equal(wide[1, 5, :11], w[32:43, 5])
+    # [3, 36, 32]: outputs 16p + j of k = 2i, 2i + 1 at [p, i, 2j], [p, i, 2j + 1]
+    pairs = pack_panels(w, 16, 2)
+    assert pairs.shape == (3, 36, 32) and torch.equal(pairs[2, :, 22:], torch.zeros(36, 10))
+    assert torch.equal(pairs[1, 5, 0::2], w[16:32, 10])
+    assert torch.equal(pairs[1, 5, 1::2], w[16:32, 11])
+    with pytest.raises(ValueError, match="kstep"):
+        pack_panels(w[:, :71], 16, 2)
     with pytest.raises(RuntimeError, match="panels"):
-        op(x, w, pack_panels(w, width)[:1].contiguous())
+        op(x, w, pack_panels(w, width, kstep)[:1].contiguous())
     layer = Linear(72, 40).to(torch.bfloat16)
     layer.prepare("native_bf16")  # the layout the build reads: panels on AVX2, rows on AVX-512
     assert (layer.formats["native_bf16"] is not None) == native.bf16_panels()

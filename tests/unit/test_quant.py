@@ -385,11 +385,14 @@ def test_native_q4_avx512_build_computes_what_the_avx2_build_does(tmp_path):
 def test_native_isa_can_only_be_narrowed(monkeypatch):
     avx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
     assert native.instruction_set(avx512) == "avx512"
+    assert native.instruction_set({*avx512, "avx512_bf16"}) == "avx512bf16"
+    assert native.instruction_set({"avx2", "fma", "avx512_bf16"}) == "avx2"
     assert native.instruction_set({"avx2", "fma"}) == "avx2"
     monkeypatch.setenv("SPECDEC_NATIVE_ISA", "avx2")
     assert native.instruction_set(avx512) == "avx2"
     monkeypatch.setenv("SPECDEC_NATIVE_ISA", "avx512")
     assert native.instruction_set({"avx2", "fma"}) == "avx2"  # never wider than the CPU
+    assert native.instruction_set({*avx512, "avx512_bf16"}) == "avx512"
     monkeypatch.setenv("SPECDEC_NATIVE_ISA", "sse2")
     with pytest.raises(ValueError, match="SPECDEC_NATIVE_ISA"):
         native.instruction_set(avx512)

@@ -44,8 +44,14 @@ def bf16_panels() -> bool:
 
 def bf16_panel_width() -> int:
     """Outputs per panel of the build's layout (bf16_kernel.h: 8 in AVX2 builds, 32 in
-    AVX-512 ones); only meaningful where `bf16_panels()`."""
+    AVX-512 ones, 16 in AVX-512 BF16 ones); only meaningful where `bf16_panels()`."""
     return int(_loaded["bf16_gemv"].PANEL) if bf16_gemv() is not None else 8
+
+
+def bf16_panel_kstep() -> int:
+    """Consecutive k of one output in a panel's line (`linear.pack_panels`' `kstep`): 2 in
+    AVX-512 BF16 builds, whose `vdpbf16ps` multiplies pairs, else 1."""
+    return int(_loaded["bf16_gemv"].KSTEP) if bf16_gemv() is not None else 1
 
 
 @cache
@@ -118,14 +124,19 @@ def sources_digest() -> str:
 
 # Compiler flags per instruction set the kernels have a path for. With AVX-512 (F, BW, VL
 # and VNNI) the int4 product takes its integer dot products 512 bits and four products at
-# a time (q4_kernel.h) and the bf16 one widens and multiplies 16 weights at a time. (AVX-512
-# BF16's `vdpbf16ps`, tried on a Xeon with it, multiplied 0.7x as fast as the widened fp32
-# FMAs with the weights in cache, 0.56x for one row: no path uses it.)
-ISA_FLAGS = {"avx2": [], "avx512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]}
+# a time (q4_kernel.h) and the bf16 one widens and multiplies 16 weights at a time. With
+# AVX-512 BF16 too, the bf16 product multiplies pairs of bf16 with `vdpbf16ps`: on a Zen 4
+# 1.6-1.7x the fp32 FMAs' rate (~165 against ~103 GMAC/s on two cores), which a verify pass
+# of 5-8 rows needs to stay at the memory's pace (bf16_kernel.h). (Tried on a Xeon with it
+# at stop 27, it multiplied 0.7x as fast as the widened fp32 FMAs with the weights in
+# cache: `SPECDEC_NATIVE_ISA=avx512` builds without it.)
+_AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
+ISA_FLAGS = {"avx2": [], "avx512": _AVX512, "avx512bf16": [*_AVX512, "-mavx512bf16"]}
 BASE_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # every build's, before its ISA_FLAGS
 ISA_NEEDS = {
     "avx2": {"avx2", "fma"},
     "avx512": {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"},
+    "avx512bf16": {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"},
 }
 
 

@@ -1,11 +1,14 @@
 // y = x @ W.T for the few rows of a decode or verify step, W in bf16, on CPUs whose vector
-// units have no bf16 arithmetic (the product itself is in bf16_kernel.h). The pure-PyTorch
-// equivalent, which the tests compare against, is F.linear(x.float(), W.float()).
+// units have no bf16 arithmetic, or with AVX-512 BF16's pair products (the product itself is
+// in bf16_kernel.h). The pure-PyTorch equivalent, which the tests compare against, is
+// F.linear(x.float(), W.float()); the AVX-512 BF16 build's panels round x to bf16 first
+// (F.linear(x.bfloat16().float(), W.float()): no change for a bf16 model's activations).
 
 #include "bf16_kernel.h"
 
 // x [R, K] fp32, w [N, K] bf16 contiguous, K % 8 == 0 -> y [R, N] fp32. `panels`: W in the
-// panel layout ([ceil(N / PANEL), K, PANEL] bf16, bf16_kernel.h), or None: the row layout.
+// panel layout ([ceil(N / PANEL), K / KSTEP, PANEL * KSTEP] bf16, bf16_kernel.h), or None:
+// the row layout.
 torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> panels_or_none) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "shapes");
   TORCH_CHECK(x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kBFloat16, "dtypes");
@@ -29,5 +32,6 @@ torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bf16_gemv", &bf16_gemv, "y = x @ W.T, W bf16 widened in registers (AVX2 + FMA)",
         pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("panels") = pybind11::none());
-  m.attr("PANEL") = bf16::PANEL;  // outputs a panel: 8 in AVX2 builds, 32 in AVX-512 ones
+  m.attr("PANEL") = bf16::PANEL;  // outputs a panel: 8 in AVX2 builds, 32 in AVX-512, 16 in BF16
+  m.attr("KSTEP") = bf16::KSTEP;  // k per output in a panel's line: 2 in AVX-512 BF16 builds
 }

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "simd.h"
 
@@ -152,20 +153,99 @@ inline void in_row_chunks(int64_t R, Body&& body) {
 //   layout: 1 row 1.17-1.28x, 2 rows 1.14-1.28x, 4-5 rows 1.17-1.62x, 8 rows 1.41-1.48x.
 //   The row layout read 8 output rows of 3 KB at once for the K = 1536 shapes, and that
 //   pattern itself streamed slower than one sequential read.
-#if defined(__AVX512F__)
+// - AVX-512 BF16 builds (-mavx512bf16, where the CPU has it): panels of 16 outputs whose
+//   line holds a pair of k for each output, [ceil(N / 16), K / 2, 32]: (W[n, k], W[n, k + 1])
+//   side by side for n = 16 p .. 16 p + 15. One `vdpbf16ps` multiplies a line by a pair of
+//   activations broadcast to every lane: 32 products an instruction where the fp32 FMAs do
+//   16, with no widening. The activations are rounded to bf16 first, which changes nothing
+//   where they are bf16 values already (a bf16 model's are: decode_stack.cpp rounds each
+//   projection's input as the eager layers do). Each (row, output) still sums in one lane,
+//   a pair of k at a time in the order of k, whatever the row count: batch-invariant, and
+//   the floats differ from the other builds' in the last bits. Why: on a Zen 4 the FMA
+//   kernel multiplies at most ~103 GMAC/s on two cores, so a 5-row verify pass is bound by
+//   its arithmetic whenever the memory reads faster than ~41 GB/s (the host reads 30-58),
+//   and 8 rows always were (25 GB/s); these panels multiply ~160-175 GMAC/s, and stream 8
+//   rows at the memory's rate (docs/bench-zen4-s54/bf16_dp_variants.log). On a Xeon this
+//   instruction was measured slower than the FMAs (native/__init__.py): it is a build of
+//   its own, and `kernel_tuning` times it against the other kernels like any candidate.
+#if defined(__AVX512BF16__)
+constexpr int PANEL = 16;
+constexpr int KSTEP = 2;  // k per output in a line: the pair vdpbf16ps multiplies
+#elif defined(__AVX512F__)
 constexpr int PANEL = 32;
+constexpr int KSTEP = 1;
 #else
 constexpr int PANEL = 8;
+constexpr int KSTEP = 1;
 #endif
 
-// Checks that `panels` is W [N, K] in the panel layout: bf16, contiguous, [ceil(N / PANEL), K, PANEL].
+// Checks that `panels` is W [N, K] in the panel layout: bf16, contiguous,
+// [ceil(N / PANEL), K / KSTEP, PANEL * KSTEP].
 inline void check_panels(const at::Tensor& panels, int64_t N, int64_t K) {
-  TORCH_CHECK(panels.scalar_type() == at::kBFloat16 && panels.is_contiguous() && panels.dim() == 3 &&
-                  panels.size(0) == (N + PANEL - 1) / PANEL && panels.size(1) == K && panels.size(2) == PANEL,
-              "bf16 panels: bf16, contiguous, [ceil(N / ", PANEL, "), K, ", PANEL, "]");
+  TORCH_CHECK(K % KSTEP == 0 && panels.scalar_type() == at::kBFloat16 && panels.is_contiguous() &&
+                  panels.dim() == 3 && panels.size(0) == (N + PANEL - 1) / PANEL &&
+                  panels.size(1) == K / KSTEP && panels.size(2) == PANEL * KSTEP,
+              "bf16 panels: bf16, contiguous, [ceil(N / ", PANEL, "), K / ", KSTEP, ", ", PANEL * KSTEP, "]");
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512BF16__)
+// R rows of x as bf16 pairs (xp [R, K2], K2 = K / 2: (x[r, 2j], x[r, 2j + 1]) in one
+// uint32) times V adjacent pair panels from `panel` -> y (row r at y + r * ldy, the panels'
+// 16 V outputs side by side).
+template <int R, int V>
+inline void pairs_times_rows(const uint32_t* xp, const uint16_t* panel, float* y, int64_t ldy, int64_t K2) {
+  __m512 acc[V][R];  // output i of each panel in lane i
+  for (int v = 0; v < V; ++v)
+    for (int r = 0; r < R; ++r) acc[v][r] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K2; ++k) {
+    for (int v = 0; v < V; ++v) {
+      const __m512bh w = (__m512bh)_mm512_loadu_si512(panel + (v * K2 + k) * 2 * PANEL);
+      for (int r = 0; r < R; ++r)
+        acc[v][r] = _mm512_dpbf16_ps(acc[v][r], w, (__m512bh)_mm512_set1_epi32(static_cast<int>(xp[r * K2 + k])));
+    }
+  }
+  for (int v = 0; v < V; ++v)
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * ldy + v * PANEL, acc[v][r]);
+}
+
+// Panels read at a time for R rows (at most 20 accumulators): measured from memory on the
+// Zen 4 (bf16_dp_variants.log) 4 at 1-5 rows within the noise of 1-2 at 1-2 rows and the
+// best at 4-5, 2 the best at 8.
+constexpr int pairs_at_once(int R) { return R <= 5 ? 4 : 2; }
+
+// R rows (R <= 8) against every pair panel, V at a time, a last panel that N cuts short
+// through a scratch tile.
+template <int R, int V>
+void pair_panel_rows(const uint32_t* xp, const uint16_t* wp, float* y, int64_t K2, int64_t N) {
+  const int64_t whole = N / PANEL, groups = whole / V, line = 2 * PANEL;
+  at::parallel_for(0, groups, std::max<int64_t>(1, 64 / (PANEL * V)), [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g)
+      pairs_times_rows<R, V>(xp, wp + g * V * K2 * line, y + g * V * PANEL, N, K2);
+  });
+  for (int64_t p = groups * V; p < whole; ++p) pairs_times_rows<R, 1>(xp, wp + p * K2 * line, y + p * PANEL, N, K2);
+  if (whole * PANEL < N) {
+    float tile[R * PANEL];
+    pairs_times_rows<R, 1>(xp, wp + whole * K2 * line, tile, PANEL, K2);
+    for (int r = 0; r < R; ++r)
+      for (int64_t n = whole * PANEL; n < N; ++n) y[r * N + n] = tile[r * PANEL + n - whole * PANEL];
+  }
+}
+
+// x [R, K] fp32 -> bf16, round to nearest even (exact for bf16 values), as [R, K / 2] pairs.
+inline std::vector<uint32_t> bf16_pairs(const float* x, int64_t R, int64_t K) {
+  std::vector<uint32_t> xp(R * K / 2);
+  uint16_t* out = reinterpret_cast<uint16_t*>(xp.data());
+  int64_t i = 0;
+  for (; i + 16 <= R * K; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+  for (; i < R * K; ++i) out[i] = c10::BFloat16(x[i]).x;
+  return xp;
+}
+#endif
+
+#if defined(__AVX512BF16__)
+// (the fp32-FMA panels below: other builds)
+#elif defined(__AVX512F__)
 // R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
 // panels' 32 V outputs side by side). Any K. Where R > 2, a line 16 k ahead (1 KB) is
 // prefetched: in bf16_panels32.log 1.19-1.37x faster at 8 rows (one panel at a time),
@@ -241,6 +321,7 @@ inline void panels_times_rows(const float* x, const uint16_t* panel, float* y, i
 constexpr int panels_at_once(int R) { return R == 4 ? 3 : (R <= 6 ? 2 : 1); }
 #endif
 
+#if !defined(__AVX512BF16__)
 // R rows (R <= 8) against every panel, V panels at a time (`panels_at_once`), a last panel
 // that N cuts short through a scratch tile.
 template <int R, int V>
@@ -259,13 +340,22 @@ void panel_rows(const float* x, const uint16_t* wp, float* y, int64_t K, int64_t
       for (int64_t n = whole * PANEL; n < N; ++n) y[r * N + n] = tile[r * PANEL + n - whole * PANEL];
   }
 }
+#endif
 
 // x [R, K] fp32 (any R, in chunks as `run`), wp the panels of W [N, K] -> y [R, N].
 inline void run_panels(const float* x, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N) {
+#if defined(__AVX512BF16__)
+  const std::vector<uint32_t> xp = bf16_pairs(x, R, K);
+  in_row_chunks(R, [&](auto rows, int64_t r0) {
+    constexpr int C = decltype(rows)::value;
+    pair_panel_rows<C, pairs_at_once(C)>(xp.data() + r0 * K / 2, wp, y + r0 * N, K / 2, N);
+  });
+#else
   in_row_chunks(R, [&](auto rows, int64_t r0) {
     constexpr int C = decltype(rows)::value;
     panel_rows<C, panels_at_once(C)>(x + r0 * K, wp, y + r0 * N, K, N);
   });
+#endif
 }
 
 template <int R>
