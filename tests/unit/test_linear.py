@@ -122,14 +122,19 @@ def test_tune_kernels_plans_every_bucket_and_forward_follows_it(tmp_path):
     assert calls == [(1, 64)]
 
 
-def test_the_cache_is_read_back_and_keyed_by_machine(tmp_path, monkeypatch):
+def test_the_cache_is_read_back_and_keyed_by_machine(tmp_path, monkeypatch, capsys):
     cache = tmp_path / "k.json"
     kernel_tuning.tune_kernels(_model(), cache=cache)
     stored = json.loads(cache.read_text())
     assert stored["machine"] == kernel_tuning.machine()
-    # Same machine: no timing at all.
+    # The first timing says so on stderr, once, and where its result is kept.
+    said = capsys.readouterr().err
+    assert said.count("specdec: timing the kernels of 2 layer group(s) on this machine") == 1
+    assert str(cache) in said
+    # Same machine: no timing at all, and nothing said.
     monkeypatch.setattr(kernel_tuning, "measure_group", lambda layers: pytest.fail("re-timed"))
     kernel_tuning.tune_kernels(_model(), cache=cache)
+    assert capsys.readouterr().err == ""
     # Another machine (here: another CPU model) measures its own.
     other = dict(kernel_tuning.machine(), cpu="Some Other CPU")
     monkeypatch.setattr(kernel_tuning, "machine", lambda: other)

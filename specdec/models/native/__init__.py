@@ -179,7 +179,7 @@ def _build(name: str):
     try:
         from torch.utils.cpp_extension import load
 
-        from specdec.models.registry import cache_root
+        from specdec.models.registry import cache_root, status
 
         # The build depends on the CPU, torch, the sources and the instruction set (machine()
         # names all four; torch alone would not rebuild for a changed header), not on how
@@ -190,6 +190,8 @@ def _build(name: str):
         build = cache_root() / "native" / key
         build.mkdir(parents=True, exist_ok=True)
         _clear_stale_lock(build)
+        if not (build / f"specdec_{name}.so").exists():
+            status(f"building the native kernel {name} for this machine ({isa}), once")
         return load(
             name=f"specdec_{name}",
             sources=[str(HERE / f"{name}.cpp")],
