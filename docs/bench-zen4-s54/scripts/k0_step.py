@@ -3,9 +3,15 @@ step, batch 4, 251-token prompts, int4 pair, in one process: does a non-drafting
 cost a batch-4 step anything? Then a cProfile of one drafting-enabled run.
 Usage: python k0_step.py"""
 
-import time, statistics, torch, cProfile, pstats, io
+import cProfile
+import io
+import pstats
+import statistics
+import time
+
+import torch
+
 from specdec import LLM, SamplingParams
-from specdec.bench import workloads
 
 torch.set_num_threads(2)
 llm = LLM(
@@ -29,7 +35,7 @@ def timed(self, live, cache, drafter):
 
 
 type(eng)._step = timed
-for turn in range(3):
+for _turn in range(3):
     for tag, k in (("plain", 0), ("auto", 8)):
         eng.window.k_max = k
         eng._tag = f"{tag}"
