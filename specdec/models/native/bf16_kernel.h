@@ -189,11 +189,12 @@ inline void check_panels(const at::Tensor& panels, int64_t N, int64_t K) {
 }
 
 #if defined(__AVX512BF16__)
-// R rows of x as bf16 pairs (xp [R, K2], K2 = K / 2: (x[r, 2j], x[r, 2j + 1]) in one
-// uint32) times V adjacent pair panels from `panel` -> y (row r at y + r * ldy, the panels'
-// 16 V outputs side by side).
+// R rows of x as bf16 pairs (xp [R, K / 2]: (x[r, 2j], x[r, 2j + 1]) in one uint32, see
+// `bf16_pairs`) times V adjacent pair panels from `panel` -> y (row r at y + r * ldy, the
+// panels' 16 V outputs side by side). K % 2 == 0.
 template <int R, int V>
-inline void pairs_times_rows(const uint32_t* xp, const uint16_t* panel, float* y, int64_t ldy, int64_t K2) {
+inline void panels_times_rows(const uint32_t* xp, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
+  const int64_t K2 = K / 2;
   __m512 acc[V][R];  // output i of each panel in lane i
   for (int v = 0; v < V; ++v)
     for (int r = 0; r < R; ++r) acc[v][r] = _mm512_setzero_ps();
@@ -211,25 +212,7 @@ inline void pairs_times_rows(const uint32_t* xp, const uint16_t* panel, float* y
 // Panels read at a time for R rows (at most 20 accumulators): measured from memory on the
 // Zen 4 (bf16_dp_variants.log) 4 at 1-5 rows within the noise of 1-2 at 1-2 rows and the
 // best at 4-5, 2 the best at 8.
-constexpr int pairs_at_once(int R) { return R <= 5 ? 4 : 2; }
-
-// R rows (R <= 8) against every pair panel, V at a time, a last panel that N cuts short
-// through a scratch tile.
-template <int R, int V>
-void pair_panel_rows(const uint32_t* xp, const uint16_t* wp, float* y, int64_t K2, int64_t N) {
-  const int64_t whole = N / PANEL, groups = whole / V, line = 2 * PANEL;
-  at::parallel_for(0, groups, std::max<int64_t>(1, 64 / (PANEL * V)), [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g)
-      pairs_times_rows<R, V>(xp, wp + g * V * K2 * line, y + g * V * PANEL, N, K2);
-  });
-  for (int64_t p = groups * V; p < whole; ++p) pairs_times_rows<R, 1>(xp, wp + p * K2 * line, y + p * PANEL, N, K2);
-  if (whole * PANEL < N) {
-    float tile[R * PANEL];
-    pairs_times_rows<R, 1>(xp, wp + whole * K2 * line, tile, PANEL, K2);
-    for (int r = 0; r < R; ++r)
-      for (int64_t n = whole * PANEL; n < N; ++n) y[r * N + n] = tile[r * PANEL + n - whole * PANEL];
-  }
-}
+constexpr int panels_at_once(int R) { return R <= 5 ? 4 : 2; }
 
 // x [R, K] fp32 -> bf16, round to nearest even (exact for bf16 values), as [R, K / 2] pairs.
 inline std::vector<uint32_t> bf16_pairs(const float* x, int64_t R, int64_t K) {
@@ -241,10 +224,6 @@ inline std::vector<uint32_t> bf16_pairs(const float* x, int64_t R, int64_t K) {
   for (; i < R * K; ++i) out[i] = c10::BFloat16(x[i]).x;
   return xp;
 }
-#endif
-
-#if defined(__AVX512BF16__)
-// (the fp32-FMA panels below: other builds)
 #elif defined(__AVX512F__)
 // R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
 // panels' 32 V outputs side by side). Any K. Where R > 2, a line 16 k ahead (1 KB) is
@@ -321,11 +300,11 @@ inline void panels_times_rows(const float* x, const uint16_t* panel, float* y, i
 constexpr int panels_at_once(int R) { return R == 4 ? 3 : (R <= 6 ? 2 : 1); }
 #endif
 
-#if !defined(__AVX512BF16__)
 // R rows (R <= 8) against every panel, V panels at a time (`panels_at_once`), a last panel
-// that N cuts short through a scratch tile.
-template <int R, int V>
-void panel_rows(const float* x, const uint16_t* wp, float* y, int64_t K, int64_t N) {
+// that N cuts short through a scratch tile. X: the activations as the build's panels take
+// them (fp32, or bf16 pairs in AVX-512 BF16 builds); a panel is K * PANEL weights in both.
+template <int R, int V, typename X>
+void panel_rows(const X* x, const uint16_t* wp, float* y, int64_t K, int64_t N) {
   const int64_t whole = N / PANEL, groups = whole / V;
   at::parallel_for(0, groups, std::max<int64_t>(1, 64 / (PANEL * V)), [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g)
@@ -340,22 +319,19 @@ void panel_rows(const float* x, const uint16_t* wp, float* y, int64_t K, int64_t
       for (int64_t n = whole * PANEL; n < N; ++n) y[r * N + n] = tile[r * PANEL + n - whole * PANEL];
   }
 }
-#endif
 
 // x [R, K] fp32 (any R, in chunks as `run`), wp the panels of W [N, K] -> y [R, N].
 inline void run_panels(const float* x, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N) {
 #if defined(__AVX512BF16__)
-  const std::vector<uint32_t> xp = bf16_pairs(x, R, K);
-  in_row_chunks(R, [&](auto rows, int64_t r0) {
-    constexpr int C = decltype(rows)::value;
-    pair_panel_rows<C, pairs_at_once(C)>(xp.data() + r0 * K / 2, wp, y + r0 * N, K / 2, N);
-  });
+  const std::vector<uint32_t> pairs = bf16_pairs(x, R, K);
+  const uint32_t* xs = pairs.data();
 #else
+  const float* xs = x;
+#endif
   in_row_chunks(R, [&](auto rows, int64_t r0) {
     constexpr int C = decltype(rows)::value;
-    panel_rows<C, panels_at_once(C)>(x + r0 * K, wp, y + r0 * N, K, N);
+    panel_rows<C, panels_at_once(C)>(xs + r0 * K / KSTEP, wp, y + r0 * N, K, N);
   });
-#endif
 }
 
 template <int R>
