@@ -133,10 +133,11 @@ def sources_digest() -> str:
 _AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
 ISA_FLAGS = {"avx2": [], "avx512": _AVX512, "avx512bf16": [*_AVX512, "-mavx512bf16"]}
 BASE_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # every build's, before its ISA_FLAGS
+_AVX512_NEEDS = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
 ISA_NEEDS = {
     "avx2": {"avx2", "fma"},
-    "avx512": {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"},
-    "avx512bf16": {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"},
+    "avx512": _AVX512_NEEDS,
+    "avx512bf16": {*_AVX512_NEEDS, "avx512_bf16"},
 }
 
 
