@@ -45,7 +45,12 @@ from specdec.drafters.draft_vocab import (
 from specdec.engine import Completion, Engine
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.decode_stack import tune_stack
-from specdec.models.kernel_tuning import tune_kernels, tune_layout, tune_prefetch
+from specdec.models.kernel_tuning import (
+    tune_bf16_panels,
+    tune_kernels,
+    tune_layout,
+    tune_prefetch,
+)
 from specdec.models.loading import load_transformer
 from specdec.models.quant import QUANTS, quantize, with_decode_stack
 from specdec.models.static_pass import use_static_passes
@@ -403,8 +408,9 @@ def _tuned(model):
     steps through the native decode stack where that was measured faster."""
     if model.device.type == "cpu":
         tune_prefetch(model)  # how the int4 tile layout streams here, before its plans are timed
-        if any(not entry["tiles"] for entry in tune_layout(model).values()):
-            with_decode_stack(model)  # built with the tiles some groups dropped
+        repacked = tune_bf16_panels(model)  # which bf16 panel layout streams faster here
+        if any(not entry["tiles"] for entry in tune_layout(model).values()) or repacked:
+            with_decode_stack(model)  # built with tiles some groups dropped, or other panels
         tune_kernels(model)
         tune_stack(model)  # where its native stack beats the eager layers, by whole passes
     return model
@@ -422,6 +428,7 @@ def tuned_layers(module):
     `_tuned` for what is not a whole Transformer (it has no decode stack)."""
     if next(module.parameters()).device.type == "cpu":
         tune_prefetch(module)
+        tune_bf16_panels(module)
         tune_layout(module)
         tune_kernels(module)
     return module

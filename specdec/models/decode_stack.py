@@ -45,8 +45,8 @@ class DecodeStack:
 
     def __init__(self, model: Transformer, native_stack) -> None:
         cfg = model.config
-        self._probe = model.layers[0].mlp.gate_up_proj  # whose plan decides (all layers agree)
-        self._kernel = "q4_native" if type(self._probe) is Int4Linear else "native_bf16"
+        self.probe = model.layers[0].mlp.gate_up_proj  # whose plan decides (all layers agree)
+        self._kernel = "q4_native" if type(self.probe) is Int4Linear else "native_bf16"
         # bucket -> whether the stack was timed faster than the eager layers (`tune_stack`)
         self.measured: dict[int, bool] = {}
         self.forced: bool | None = None  # while `tune_stack` times one way
@@ -73,7 +73,7 @@ class DecodeStack:
         bucket = bucket_of(rows)
         if bucket in self.measured:
             return self.measured[bucket]
-        plan = self._probe.plan
+        plan = self.probe.plan
         if not plan:  # untuned: int4 steps the int4 kernel serves well; bf16 ones stay eager
             return self._kernel == "q4_native" and rows <= PACKED_MAX_ROWS
         return plan.get(bucket_of(rows)) == self._kernel
@@ -173,7 +173,12 @@ def tune_stack(model: Transformer, *, cache=None, retune: bool = False) -> dict 
     key = stack_key(model)
     stored = {} if retune else kernel_tuning.stored_entries("stacks", cache=cache)
     entry = stored.get(key)
-    if entry is None or set(entry["plan"]) != {str(b) for b in STACK_BUCKETS}:
+    panels = kernel_tuning.panels_timed(stack.probe)  # a bf16 stack reads that layout
+    if (
+        entry is None
+        or set(entry["plan"]) != {str(b) for b in STACK_BUCKETS}
+        or entry.get("panels") != panels
+    ):
         kernel_tuning.announce("timing whole passes through the native decode stack", cache)
         entry = _measure(model, stack)
         stored[key] = entry
@@ -217,4 +222,5 @@ def _measure(model: Transformer, stack: DecodeStack) -> dict:
             for b in STACK_BUCKETS
         },
         "seconds": {str(t): {w: round(s, 6) for w, s in ways.items()} for t, ways in best.items()},
+        "panels": kernel_tuning.panels_timed(stack.probe),
     }

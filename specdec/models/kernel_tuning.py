@@ -187,7 +187,14 @@ def measure_group(layers: list[Linear]) -> dict:
         "seconds_low": {str(b): table(lowest_rows(b)) for b in BUCKETS},
         "layers": len(layers),  # swept per timing (fewer past 16 rows)
         "bytes": size,  # weight bytes of one layer: GB/s = bytes / seconds (per layer)
+        "panels": panels_timed(layers[0]),
     }
+
+
+def panels_timed(layer: Linear) -> list[int] | None:
+    """The bf16 panel layout `layer`'s native kernel runs in now (what a timing of it
+    measured), or None where that kernel does not serve it."""
+    return list(native.bf16_panel_layout()) if "native_bf16" in layer.kernels() else None
 
 
 def _load(path: Path) -> dict:
@@ -221,10 +228,12 @@ def tune_kernels(model: nn.Module, *, cache: Path | None = None, retune: bool = 
 
 def _stale(entry: dict | None, layers: list[Linear]) -> bool:
     """Whether a group's stored entry must be measured (again): none yet, one from before a
-    bucket existed or was timed at its lowest row count too, or one that timed other
-    candidates than this build has."""
+    bucket existed or was timed at its lowest row count too, one timed in another bf16
+    panel layout, or one that timed other candidates than this build has."""
     buckets = {str(b) for b in BUCKETS}
     if entry is None or not set(entry["plan"]) == set(entry.get("seconds_low", {})) == buckets:
+        return True
+    if entry.get("panels") != panels_timed(layers[0]):  # timed in another panel layout
         return True
     return set(entry["seconds"][str(BUCKETS[0])]) != set(layers[0].kernels())
 
@@ -317,6 +326,94 @@ def tune_prefetch(model: nn.Module, *, cache: Path | None = None, retune: bool =
         store(cache, "tile_prefetch", entry)
     native.set_tile_prefetch(entry["level"])
     return entry
+
+
+# Row counts the bf16 panel layouts are timed at: a decode step, a k = 3 verify, a k = 7 one.
+PANEL_ROWS = (1, 4, 8)
+
+
+def _native_bf16_layers(model: nn.Module) -> list[Linear]:
+    """`model`'s CPU `Linear` layers the native bf16 kernel serves, in model order."""
+    return [
+        m
+        for m in model.modules()
+        if isinstance(m, Linear) and m.weight.device.type == "cpu" and "native_bf16" in m.kernels()
+    ]
+
+
+def measure_bf16_panels(layers: list[Linear]) -> dict:
+    """Seconds of a sweep through `layers` (in model order, as a decode step streams them)
+    at each row count of `PANEL_ROWS` with their weights in each panel layout the build
+    reads, the layouts taking turns (the fastest of `REPEATS` sweeps: noise only adds
+    time), and the layout with the least sum. Packs each layout for these layers only."""
+    from specdec.models.linear import pack_panels
+
+    kernel = native.bf16_gemv()
+    packed = {
+        layout: [pack_panels(layer.weight, *layout) for layer in layers]
+        for layout in native.bf16_panel_layouts()
+    }
+    seed = torch.Generator().manual_seed(0)
+    inputs = {
+        (rows, width): torch.randn(rows, width, generator=seed).to(torch.bfloat16).float()
+        for rows in PANEL_ROWS
+        for width in sorted({layer.in_features for layer in layers})
+    }
+    best = {(layout, rows): float("inf") for layout in packed for rows in PANEL_ROWS}
+    with torch.inference_mode():
+        for _ in range(REPEATS):
+            for layout, rows in best:
+                start = time.perf_counter()
+                for layer, panels in zip(layers, packed[layout], strict=True):
+                    kernel(inputs[rows, layer.in_features], layer.weight, panels)
+                best[layout, rows] = min(best[layout, rows], time.perf_counter() - start)
+    name = {layout: f"{layout[0]}x{layout[1]}" for layout in packed}
+    layout = min(packed, key=lambda lo: sum(best[lo, rows] for rows in PANEL_ROWS))
+    return {
+        "layout": list(layout),
+        "seconds": {
+            name[lo]: {str(rows): round(best[lo, rows], 6) for rows in PANEL_ROWS} for lo in packed
+        },
+        "bytes": sum(layer.weight.numel() * layer.weight.element_size() for layer in layers),
+    }
+
+
+def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: bool = False) -> bool:
+    """Pack bf16 weights for the native kernel in the panel layout timed fastest here
+    (`native.set_bf16_panel_layout`), from the cache when this machine has timed it
+    before; layers of `model` packed in another layout drop their panels, to be packed
+    again by the next `tune_kernels` or decode stack. One layout per process and machine:
+    it is a property of the core's arithmetic, and two layouts of one model would hold its
+    weights three times. Timed over the first layers of `model` that hold 2 `SWEEP_BYTES`.
+
+    Why measured: in AVX-512 BF16 builds the pair layout (`vdpbf16ps`) passed 5-8 rows
+    1.25-1.58x faster than the fp32-FMA panels on a Zen 4 and 0.77-0.87x as fast on a Xeon
+    with AMX (1 row: the same on both). Returns whether panels were dropped (the caller
+    rebuilds the model's decode stack, which holds the tensors it was built with)."""
+    layers = _native_bf16_layers(model)
+    if not layers or len(native.bf16_panel_layouts()) < 2:
+        return False
+    cache = cache or kernel_cache()
+    entry = {} if retune else stored_entries("bf16_panels", cache=cache)
+    if tuple(entry.get("layout", ())) not in native.bf16_panel_layouts():
+        announce("timing the bf16 panel layouts", cache)
+        swept, size = [], 0
+        for layer in layers:
+            if size >= 2 * SWEEP_BYTES:
+                break
+            swept.append(layer)
+            size += layer.weight.numel() * layer.weight.element_size()
+        entry = measure_bf16_panels(swept)
+        store(cache, "bf16_panels", entry)
+    native.set_bf16_panel_layout(tuple(entry["layout"]))
+    dropped = False
+    for layer in layers:
+        panels = layer.formats.get("native_bf16")
+        if panels is not None and panels.shape[1] != layer.in_features // native.bf16_panel_kstep():
+            del layer.formats["native_bf16"]
+            layer.use(layer.plan)  # re-packs in the layout in force where its plan runs it
+            dropped = True
+    return dropped
 
 
 def _tiled_int4(model: nn.Module) -> list[nn.Module]:

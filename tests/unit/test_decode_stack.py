@@ -244,6 +244,56 @@ def test_bf16_stack_takes_the_steps_its_plan_gives_the_bf16_kernel():
     assert not stack.takes(1)  # untuned bf16 layers stay eager
 
 
+def test_bf16_stack_reads_every_panel_layout_of_the_build(monkeypatch):
+    """Each bf16 panel layout the build reads (AVX-512 BF16 builds: the pairs and the fp32
+    FMA panels, one chosen per machine by timing) gives the stack the eager layers'
+    products, and the products of one layout agree with another's to bf16 rounding."""
+    outputs = []
+    for layout in native.bf16_panel_layouts():
+        monkeypatch.setattr(native, "_panel_layout", layout)
+        model = _bf16()
+        panels = model.layers[0].mlp.gate_up_proj.formats["native_bf16"]
+        assert panels.shape[1:] == (128 // layout[1], layout[0] * layout[1])
+        fused, _ = _run(model, STEPS, True)
+        eager, _ = _run(model, STEPS, False)
+        for a, b in zip(fused, eager, strict=True):
+            a, b = a.float()[0], b.float()[0]
+            assert ((a - b).abs() <= 2e-2 * b.abs().max()).float().mean() > 0.99
+        outputs.append(fused[-1].float()[0])
+    for other in outputs[1:]:
+        assert ((other - outputs[0]).abs() <= 2e-2 * outputs[0].abs().max()).float().mean() > 0.99
+
+
+def test_tuning_the_panel_layout_rebuilds_the_stack_on_the_new_panels(tmp_path, monkeypatch):
+    """A model loaded in the build's default layout, then timed faster in the other one
+    (faked here): `_tuned` re-packs its layers and builds its stack again on the new
+    panels, which compute what the eager layers do."""
+    from specdec import llm
+    from specdec.models import kernel_tuning
+
+    layouts = native.bf16_panel_layouts()
+    if len(layouts) < 2:
+        pytest.skip("this build reads one bf16 panel layout")
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path))
+    monkeypatch.setattr(native, "_panel_layout", layouts[0])
+    model = _bf16()
+    before = model.decode_stack
+    chosen = {"layout": list(layouts[1]), "seconds": {}, "bytes": 0}
+    monkeypatch.setattr(kernel_tuning, "measure_bf16_panels", lambda layers: chosen)
+    llm._tuned(model)
+    assert native.bf16_panel_layout() == layouts[1] and model.decode_stack is not before
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.use({b: "native_bf16" if b <= 16 else "linear" for b in BUCKETS})
+            assert module.formats["native_bf16"].shape[1] == module.in_features // layouts[1][1]
+    model.decode_stack.measured = {}  # the plans above decide, not the timed passes
+    fused, _ = _run(model, STEPS, True)
+    eager, _ = _run(model, STEPS, False)
+    for a, b in zip(fused, eager, strict=True):
+        a, b = a.float()[0], b.float()[0]
+        assert ((a - b).abs() <= 2e-2 * b.abs().max()).float().mean() > 0.99
+
+
 def test_stack_only_for_all_int4_or_bf16_cpu_models():
     dense = native_from_hf(hf_tiny("qwen2"))  # fp32
     assert dense.decode_stack is None and DecodeStack.for_model(dense) is None

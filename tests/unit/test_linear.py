@@ -177,10 +177,11 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
     # go in two groups.
     w = torch.randn(43, 72).to(torch.bfloat16)
     x = torch.randn(8, 72)
-    width, kstep = native.bf16_panel_width(), native.bf16_panel_kstep()
-    for panels in (None, pack_panels(w, width, kstep)):  # both layouts the build reads
-        # The AVX-512 BF16 build's panels multiply bf16 pairs: x is rounded to bf16 first.
-        xr = x.bfloat16().float() if panels is not None and kstep == 2 else x
+    layouts = native.bf16_panel_layouts()  # every panel layout the build reads, and rows
+    assert native.bf16_panel_layout() in layouts
+    for panels in (None, *[pack_panels(w, width, kstep) for width, kstep in layouts]):
+        # The pair panels multiply bf16 pairs: x is rounded to bf16 first.
+        xr = x.bfloat16().float() if panels is not None and panels.shape[1] == 36 else x
         for rows in range(1, 9):
             out = op(x[:rows], w, panels)
             torch.testing.assert_close(out, F.linear(xr[:rows], w.float()), atol=1e-4, rtol=1e-5)
@@ -199,8 +200,12 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
     assert torch.equal(pairs[1, 5, 1::2], w[16:32, 11])
     with pytest.raises(ValueError, match="kstep"):
         pack_panels(w[:, :71], 16, 2)
+    width, kstep = native.bf16_panel_layout()
     with pytest.raises(RuntimeError, match="panels"):
         op(x, w, pack_panels(w, width, kstep)[:1].contiguous())
+    unread = next(lo for lo in [(8, 1), (32, 1), (16, 2)] if lo not in layouts)
+    with pytest.raises(RuntimeError, match="panels"):  # a layout of another build
+        op(x, w, pack_panels(w, *unread))
     layer = Linear(72, 40).to(torch.bfloat16)
     layer.prepare("native_bf16")  # the panels wherever the kernel is built
     assert (layer.formats["native_bf16"] is not None) == native.bf16_panels()
@@ -220,6 +225,75 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
         assert "native_bf16" not in layer.kernels() and "linear" in layer.kernels()
     finally:
         native.bf16_gemv.cache_clear()
+
+
+@pytest.fixture
+def native_on(monkeypatch):
+    """The native build on (the suite turns it off elsewhere), cleared again afterwards."""
+    from specdec.models import native
+
+    monkeypatch.setenv("SPECDEC_NATIVE", "1")
+    native.bf16_gemv.cache_clear()
+    yield native
+    native.bf16_gemv.cache_clear()
+
+
+def test_the_bf16_panel_layout_is_timed_once_per_machine_and_repacks(
+    tmp_path, monkeypatch, native_on
+):
+    """Where the build reads two panel layouts (AVX-512 BF16: pairs or fp32 FMAs), the one
+    timed faster here is packed from then on; layers packed in the other drop their panels
+    and re-pack, and a later process reads the choice instead of timing. The timing is
+    faked here (the real one: the next test), so this runs on any native build."""
+    native = native_on
+    if native.bf16_gemv() is None:
+        pytest.skip("no native kernel on this machine")
+    monkeypatch.setattr(native, "_panel_layout", None)
+    model = _model()
+    # A kernel plan remembers the layout it was timed in, and one timed in another is stale.
+    entries = kernel_tuning.tune_kernels(model, cache=tmp_path / "plans.json")
+    assert {tuple(e["panels"]) for e in entries.values()} == {native.bf16_panel_layout()}
+    key = kernel_tuning.group_key(model[0])
+    assert not kernel_tuning._stale(entries[key], [model[0]])
+    with monkeypatch.context() as m:
+        m.setattr(native, "bf16_panel_layout", lambda: (99, 1))
+        assert kernel_tuning._stale(entries[key], [model[0]])
+
+    monkeypatch.setattr(native, "bf16_panel_layouts", lambda: [(16, 2), (32, 1)])
+    layers = [m for m in model if isinstance(m, Linear)]
+    for layer in layers:
+        layer.use({1: "native_bf16"})  # packed in the default layout: pairs, [N / 16, K / 2, 32]
+        assert layer.formats["native_bf16"].shape[1] == layer.in_features // 2
+    timed = []
+
+    def measure(swept):
+        timed.append(len(swept))
+        return {"layout": [32, 1], "seconds": {}, "bytes": 0}
+
+    monkeypatch.setattr(kernel_tuning, "measure_bf16_panels", measure)
+    cache = tmp_path / "k.json"
+    assert kernel_tuning.tune_bf16_panels(model, cache=cache) is True  # panels were dropped
+    assert timed == [len(layers)] and native.bf16_panel_layout() == (32, 1)
+    for layer in layers:  # re-packed where the plan runs the native kernel: [N / 32, K, 32]
+        n_panels = -(-layer.out_features // 32)
+        assert layer.formats["native_bf16"].shape == (n_panels, layer.in_features, 32)
+    assert json.loads(cache.read_text())["bf16_panels"]["layout"] == [32, 1]
+    monkeypatch.setattr(native, "_panel_layout", None)  # a new process: read, not timed
+    assert kernel_tuning.tune_bf16_panels(model, cache=cache) is False
+    assert timed == [len(layers)] and native.bf16_panel_layout() == (32, 1)
+
+
+def test_measure_bf16_panels_times_every_layout_the_build_reads(native_on):
+    native = native_on
+    if len(native.bf16_panel_layouts()) < 2:
+        pytest.skip("this build reads one bf16 panel layout: nothing to choose")
+    layers = [m for m in _model() if isinstance(m, Linear)]
+    entry = kernel_tuning.measure_bf16_panels(layers)
+    names = {f"{w}x{k}" for w, k in native.bf16_panel_layouts()}
+    assert set(entry["seconds"]) == names
+    sums = {name: sum(t.values()) for name, t in entry["seconds"].items()}
+    assert min(sums, key=sums.get) == "{}x{}".format(*entry["layout"])
+    assert all(set(t) == {"1", "4", "8"} for t in entry["seconds"].values())
 
 
 def test_a_bucket_is_planned_for_its_lowest_row_count_too(tmp_path, monkeypatch):

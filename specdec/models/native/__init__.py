@@ -42,16 +42,46 @@ def bf16_panels() -> bool:
     return bf16_gemv() is not None
 
 
+def bf16_panel_layouts() -> list[tuple[int, int]]:
+    """The panel layouts the build reads, as (outputs a panel, k of one output side by side
+    in a line), its default first (bf16_kernel.h): [(8, 1)] in AVX2 builds, [(32, 1)] in
+    AVX-512 ones (fp32 FMAs), [(16, 2), (32, 1)] in AVX-512 BF16 ones (`vdpbf16ps` on
+    pairs, or the FMAs: which is faster differs by CPU, `kernel_tuning.tune_bf16_panels`)."""
+    if bf16_gemv() is None:
+        return [(8, 1)]
+    return [tuple(layout) for layout in _loaded["bf16_gemv"].LAYOUTS]
+
+
+_panel_layout: tuple[int, int] | None = None  # set by `set_bf16_panel_layout`; None: default
+
+
+def set_bf16_panel_layout(layout: tuple[int, int]) -> None:
+    """Pack bf16 weights for the native kernel in `layout` (one of `bf16_panel_layouts()`)
+    from now on. Weights packed before keep their layout: the kernel reads every layout of
+    its build, telling them apart by shape."""
+    global _panel_layout
+    layout = tuple(layout)
+    if layout not in bf16_panel_layouts():
+        raise ValueError(f"bf16 panel layout {layout}: this build reads {bf16_panel_layouts()}")
+    _panel_layout = layout
+
+
+def bf16_panel_layout() -> tuple[int, int]:
+    """The layout weights are packed in (`set_bf16_panel_layout`, else the build's default)."""
+    layouts = bf16_panel_layouts()
+    return _panel_layout if _panel_layout in layouts else layouts[0]
+
+
 def bf16_panel_width() -> int:
-    """Outputs per panel of the build's layout (bf16_kernel.h: 8 in AVX2 builds, 32 in
-    AVX-512 ones, 16 in AVX-512 BF16 ones); only meaningful where `bf16_panels()`."""
-    return int(_loaded["bf16_gemv"].PANEL) if bf16_gemv() is not None else 8
+    """Outputs per panel of the layout in force (`bf16_panel_layout`); only meaningful
+    where `bf16_panels()`."""
+    return bf16_panel_layout()[0]
 
 
 def bf16_panel_kstep() -> int:
-    """Consecutive k of one output in a panel's line (`linear.pack_panels`' `kstep`): 2 in
-    AVX-512 BF16 builds, whose `vdpbf16ps` multiplies pairs, else 1."""
-    return int(_loaded["bf16_gemv"].KSTEP) if bf16_gemv() is not None else 1
+    """Consecutive k of one output in a panel's line (`linear.pack_panels`' `kstep`) in the
+    layout in force: 2 in the pair layout, whose `vdpbf16ps` multiplies pairs, else 1."""
+    return bf16_panel_layout()[1]
 
 
 @cache
@@ -125,11 +155,10 @@ def sources_digest() -> str:
 # Compiler flags per instruction set the kernels have a path for. With AVX-512 (F, BW, VL
 # and VNNI) the int4 product takes its integer dot products 512 bits and four products at
 # a time (q4_kernel.h) and the bf16 one widens and multiplies 16 weights at a time. With
-# AVX-512 BF16 too, the bf16 product multiplies pairs of bf16 with `vdpbf16ps`: on a Zen 4
-# 1.6-1.7x the fp32 FMAs' rate (~165 against ~103 GMAC/s on two cores), which a verify pass
-# of 5-8 rows needs to stay at the memory's pace (bf16_kernel.h). (Tried on a Xeon with it
-# at stop 27, it multiplied 0.7x as fast as the widened fp32 FMAs with the weights in
-# cache: `SPECDEC_NATIVE_ISA=avx512` builds without it.)
+# AVX-512 BF16 too, the bf16 product can also multiply pairs of bf16 with `vdpbf16ps`, in a
+# layout of its own (`bf16_panel_layouts`): on a Zen 4 1.6-1.7x the fp32 FMAs' rate, on a
+# Xeon with AMX slower than them at 5-8 rows, so which layout a machine packs is timed
+# (`kernel_tuning.tune_bf16_panels`). `SPECDEC_NATIVE_ISA=avx512` builds without it.
 _AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
 ISA_FLAGS = {"avx2": [], "avx512": _AVX512, "avx512bf16": [*_AVX512, "-mavx512bf16"]}
 BASE_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # every build's, before its ISA_FLAGS

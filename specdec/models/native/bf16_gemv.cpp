@@ -7,8 +7,8 @@
 #include "bf16_kernel.h"
 
 // x [R, K] fp32, w [N, K] bf16 contiguous, K % 8 == 0 -> y [R, N] fp32. `panels`: W in the
-// panel layout ([ceil(N / PANEL), K / KSTEP, PANEL * KSTEP] bf16, bf16_kernel.h), or None:
-// the row layout.
+// panel layout ([ceil(N / PANEL), K / KSTEP, PANEL * KSTEP] bf16 for one of the build's
+// LAYOUTS, bf16_kernel.h), or None: the row layout.
 torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> panels_or_none) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "shapes");
   TORCH_CHECK(x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kBFloat16, "dtypes");
@@ -18,9 +18,9 @@ torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
   auto y = torch::empty({R, N}, x.options());
   if (panels_or_none.has_value()) {
     const torch::Tensor& panels = *panels_or_none;
-    bf16::check_panels(panels, N, K);
+    const int kstep = bf16::check_panels(panels, N, K);
     bf16::run_panels(x.data_ptr<float>(), R, reinterpret_cast<const uint16_t*>(panels.data_ptr<at::BFloat16>()),
-                     y.data_ptr<float>(), K, N);
+                     y.data_ptr<float>(), K, N, kstep);
     return y;
   }
   w = w.contiguous();
@@ -32,6 +32,7 @@ torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bf16_gemv", &bf16_gemv, "y = x @ W.T, W bf16 widened in registers (AVX2 + FMA)",
         pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("panels") = pybind11::none());
-  m.attr("PANEL") = bf16::PANEL;  // outputs a panel: 8 in AVX2 builds, 32 in AVX-512, 16 in BF16
-  m.attr("KSTEP") = bf16::KSTEP;  // k per output in a panel's line: 2 in AVX-512 BF16 builds
+  // The panel layouts the build reads, as (outputs a panel, k of an output in a line), its
+  // default first: [(8, 1)] in AVX2 builds, [(32, 1)] in AVX-512, [(16, 2), (32, 1)] in BF16.
+  m.attr("LAYOUTS") = bf16::layouts();
 }

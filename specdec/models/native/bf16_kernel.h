@@ -11,6 +11,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <string>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -165,173 +167,217 @@ inline void in_row_chunks(int64_t R, Body&& body) {
 //   kernel multiplies at most ~103 GMAC/s on two cores, so a 5-row verify pass is bound by
 //   its arithmetic whenever the memory reads faster than ~41 GB/s (the host reads 30-58),
 //   and 8 rows always were (25 GB/s); these panels multiply ~160-175 GMAC/s, and stream 8
-//   rows at the memory's rate (docs/bench-zen4-s54/bf16_dp_variants.log). On a Xeon this
-//   instruction was measured slower than the FMAs (native/__init__.py): it is a build of
-//   its own, and `kernel_tuning` times it against the other kernels like any candidate.
-#if defined(__AVX512BF16__)
-constexpr int PANEL = 16;
-constexpr int KSTEP = 2;  // k per output in a line: the pair vdpbf16ps multiplies
-#elif defined(__AVX512F__)
-constexpr int PANEL = 32;
-constexpr int KSTEP = 1;
-#else
-constexpr int PANEL = 8;
-constexpr int KSTEP = 1;
-#endif
+//   rows at the memory's rate (docs/bench-zen4-s54/bf16_dp_variants.log).
+//
+// Each layout is a struct: its PANEL (outputs a panel) and KSTEP (k of one output side by
+// side in a line), the activations `X` its product takes, `times<R, V>` (R rows times V
+// adjacent panels) and `at_once(R)` (panels read at a time). AVX-512 BF16 builds read both
+// AVX-512 layouts, so which one a machine streams faster is measured there, not assumed
+// (`kernel_tuning.tune_bf16_panels`): a Zen 4 ran 5-8 row passes 1.25-1.58x faster in pairs,
+// a Xeon with AMX 0.77-0.87x as fast (docs/BENCHMARKS.md, stops 54-55).
+#if defined(__AVX512F__)
+struct Panels32 {  // AVX-512: 32 outputs, one k a line
+  static constexpr int PANEL = 32, KSTEP = 1;
+  using X = float;
 
-// Checks that `panels` is W [N, K] in the panel layout: bf16, contiguous,
-// [ceil(N / PANEL), K / KSTEP, PANEL * KSTEP].
-inline void check_panels(const at::Tensor& panels, int64_t N, int64_t K) {
-  TORCH_CHECK(K % KSTEP == 0 && panels.scalar_type() == at::kBFloat16 && panels.is_contiguous() &&
-                  panels.dim() == 3 && panels.size(0) == (N + PANEL - 1) / PANEL &&
-                  panels.size(1) == K / KSTEP && panels.size(2) == PANEL * KSTEP,
-              "bf16 panels: bf16, contiguous, [ceil(N / ", PANEL, "), K / ", KSTEP, ", ", PANEL * KSTEP, "]");
-}
-
-#if defined(__AVX512BF16__)
-// R rows of x as bf16 pairs (xp [R, K / 2]: (x[r, 2j], x[r, 2j + 1]) in one uint32, see
-// `bf16_pairs`) times V adjacent pair panels from `panel` -> y (row r at y + r * ldy, the
-// panels' 16 V outputs side by side). K % 2 == 0.
-template <int R, int V>
-inline void panels_times_rows(const uint32_t* xp, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
-  const int64_t K2 = K / 2;
-  __m512 acc[V][R];  // output i of each panel in lane i
-  for (int v = 0; v < V; ++v)
-    for (int r = 0; r < R; ++r) acc[v][r] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K2; ++k) {
-    for (int v = 0; v < V; ++v) {
-      const __m512bh w = (__m512bh)_mm512_loadu_si512(panel + (v * K2 + k) * 2 * PANEL);
-      for (int r = 0; r < R; ++r)
-        acc[v][r] = _mm512_dpbf16_ps(acc[v][r], w, (__m512bh)_mm512_set1_epi32(static_cast<int>(xp[r * K2 + k])));
-    }
-  }
-  for (int v = 0; v < V; ++v)
-    for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * ldy + v * PANEL, acc[v][r]);
-}
-
-// Panels read at a time for R rows (at most 20 accumulators): measured from memory on the
-// Zen 4 (bf16_dp_variants.log) 4 at 1-5 rows within the noise of 1-2 at 1-2 rows and the
-// best at 4-5, 2 the best at 8.
-constexpr int panels_at_once(int R) { return R <= 5 ? 4 : 2; }
-
-// x [R, K] fp32 -> bf16, round to nearest even (exact for bf16 values), as [R, K / 2] pairs.
-inline std::vector<uint32_t> bf16_pairs(const float* x, int64_t R, int64_t K) {
-  std::vector<uint32_t> xp(R * K / 2);
-  uint16_t* out = reinterpret_cast<uint16_t*>(xp.data());
-  int64_t i = 0;
-  for (; i + 16 <= R * K; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
-  for (; i < R * K; ++i) out[i] = c10::BFloat16(x[i]).x;
-  return xp;
-}
-#elif defined(__AVX512F__)
-// R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
-// panels' 32 V outputs side by side). Any K. Where R > 2, a line 16 k ahead (1 KB) is
-// prefetched: in bf16_panels32.log 1.19-1.37x faster at 8 rows (one panel at a time),
-// 0.92-1.06x at 4-5 rows (two), 0.87-0.95x at one row and 0.98-1.04x at two (four).
-template <int R, int V>
-inline void panels_times_rows(const float* x, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
-  constexpr int AHEAD = R > 2 ? 16 : 0;  // lines
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  __m512 even[V][R], odd[V][R];  // outputs 2i and 2i + 1 of each panel in lane i
-  for (int v = 0; v < V; ++v)
-    for (int r = 0; r < R; ++r) even[v][r] = odd[v][r] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; ++k) {
-    for (int v = 0; v < V; ++v) {
-      const uint16_t* line = panel + (v * K + k) * PANEL;
-      if constexpr (AHEAD > 0) _mm_prefetch(reinterpret_cast<const char*>(line + AHEAD * PANEL), _MM_HINT_T0);
-      const __m512i raw = _mm512_loadu_si512(line);  // 32 bf16: output 2i low, 2i + 1 high
-      const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
-      const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(raw, high));
-      for (int r = 0; r < R; ++r) {
-        const __m512 xb = _mm512_set1_ps(x[r * K + k]);
-        even[v][r] = _mm512_fmadd_ps(we, xb, even[v][r]);
-        odd[v][r] = _mm512_fmadd_ps(wo, xb, odd[v][r]);
-      }
-    }
-  }
-  for (int v = 0; v < V; ++v)
-    for (int r = 0; r < R; ++r) {
-      alignas(64) float e[16], o[16];
-      _mm512_store_ps(e, even[v][r]);
-      _mm512_store_ps(o, odd[v][r]);
-      float* out = y + r * ldy + v * PANEL;
-      for (int i = 0; i < 16; ++i) {
-        out[2 * i] = e[i];
-        out[2 * i + 1] = o[i];
-      }
-    }
-}
-
-// Panels read at a time for R rows: at most 16 accumulators (2 V R). On the Zen 4
-// (bf16_panels32.log) 4 panels at one row streamed 1.01-1.09x as fast as 2, and 0.97-1.03x
-// at two rows; 2 panels at 4-5 rows 0.96-1.08x as fast as 1, and 1 at 8 rows.
-constexpr int panels_at_once(int R) { return R <= 2 ? 4 : (R <= 5 ? 2 : 1); }
-#else
-// R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
-// panels' 8 V outputs side by side). K % 4 == 0.
-template <int R, int V>
-inline void panels_times_rows(const float* x, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
-  __m256 acc[V][R];
-  for (int v = 0; v < V; ++v)
-    for (int r = 0; r < R; ++r) acc[v][r] = _mm256_setzero_ps();
-  for (int64_t k0 = 0; k0 < K; k0 += 4) {
-    // A line of each panel 1 KB ahead, every 4 k (a line is 4 k of one panel). The
-    // prefetch is outside the unrolled loop: with it inside, GCC kept the accumulators in
-    // memory.
+  // R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
+  // panels' 32 V outputs side by side). Any K. Where R > 2, a line 16 k ahead (1 KB) is
+  // prefetched: in bf16_panels32.log 1.19-1.37x faster at 8 rows (one panel at a time),
+  // 0.92-1.06x at 4-5 rows (two), 0.87-0.95x at one row and 0.98-1.04x at two (four).
+  template <int R, int V>
+  static void times(const float* x, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
+    constexpr int AHEAD = R > 2 ? 16 : 0;  // lines
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    __m512 even[V][R], odd[V][R];  // outputs 2i and 2i + 1 of each panel in lane i
     for (int v = 0; v < V; ++v)
-      _mm_prefetch(reinterpret_cast<const char*>(panel + (v * K + k0) * PANEL + 512), _MM_HINT_T0);
-    for (int kk = 0; kk < 4; ++kk) {
-      const int64_t k = k0 + kk;
-      __m256 wf[V];
-      for (int v = 0; v < V; ++v) wf[v] = simd::widen_bf16(panel + (v * K + k) * PANEL);
-      for (int r = 0; r < R; ++r) {
-        const __m256 xb = _mm256_broadcast_ss(x + r * K + k);
-        for (int v = 0; v < V; ++v) acc[v][r] = _mm256_fmadd_ps(wf[v], xb, acc[v][r]);
+      for (int r = 0; r < R; ++r) even[v][r] = odd[v][r] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; ++k) {
+      for (int v = 0; v < V; ++v) {
+        const uint16_t* line = panel + (v * K + k) * PANEL;
+        if constexpr (AHEAD > 0) _mm_prefetch(reinterpret_cast<const char*>(line + AHEAD * PANEL), _MM_HINT_T0);
+        const __m512i raw = _mm512_loadu_si512(line);  // 32 bf16: output 2i low, 2i + 1 high
+        const __m512 we = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+        const __m512 wo = _mm512_castsi512_ps(_mm512_and_si512(raw, high));
+        for (int r = 0; r < R; ++r) {
+          const __m512 xb = _mm512_set1_ps(x[r * K + k]);
+          even[v][r] = _mm512_fmadd_ps(we, xb, even[v][r]);
+          odd[v][r] = _mm512_fmadd_ps(wo, xb, odd[v][r]);
+        }
       }
     }
+    for (int v = 0; v < V; ++v)
+      for (int r = 0; r < R; ++r) {
+        alignas(64) float e[16], o[16];
+        _mm512_store_ps(e, even[v][r]);
+        _mm512_store_ps(o, odd[v][r]);
+        float* out = y + r * ldy + v * PANEL;
+        for (int i = 0; i < 16; ++i) {
+          out[2 * i] = e[i];
+          out[2 * i + 1] = o[i];
+        }
+      }
   }
-  for (int v = 0; v < V; ++v)
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * ldy + v * PANEL, acc[v][r]);
-}
 
-// Panels read at a time for R rows: at most 12 accumulators (V x R), and fewer panels at
-// once streamed faster at 1-2 rows.
-constexpr int panels_at_once(int R) { return R == 4 ? 3 : (R <= 6 ? 2 : 1); }
+  // At most 16 accumulators (2 V R). On the Zen 4 (bf16_panels32.log) 4 panels at one row
+  // streamed 1.01-1.09x as fast as 2, and 0.97-1.03x at two rows; 2 panels at 4-5 rows
+  // 0.96-1.08x as fast as 1, and 1 at 8 rows.
+  static constexpr int at_once(int R) { return R <= 2 ? 4 : (R <= 5 ? 2 : 1); }
+};
 #endif
 
-// R rows (R <= 8) against every panel, V panels at a time (`panels_at_once`), a last panel
-// that N cuts short through a scratch tile. X: the activations as the build's panels take
-// them (fp32, or bf16 pairs in AVX-512 BF16 builds); a panel is K * PANEL weights in both.
-template <int R, int V, typename X>
-void panel_rows(const X* x, const uint16_t* wp, float* y, int64_t K, int64_t N) {
+#if defined(__AVX512BF16__)
+struct PairPanels16 {  // AVX-512 BF16: 16 outputs, a pair of k a line
+  static constexpr int PANEL = 16, KSTEP = 2;
+  using X = uint32_t;  // x as bf16 pairs: (x[r, 2j], x[r, 2j + 1]) in one uint32 (`pairs`)
+
+  // R rows of x as pairs (xp [R, K / 2]) times V adjacent pair panels from `panel` -> y (row
+  // r at y + r * ldy, the panels' 16 V outputs side by side). K % 2 == 0.
+  template <int R, int V>
+  static void times(const uint32_t* xp, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
+    const int64_t K2 = K / 2;
+    __m512 acc[V][R];  // output i of each panel in lane i
+    for (int v = 0; v < V; ++v)
+      for (int r = 0; r < R; ++r) acc[v][r] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K2; ++k) {
+      for (int v = 0; v < V; ++v) {
+        const __m512bh w = (__m512bh)_mm512_loadu_si512(panel + (v * K2 + k) * 2 * PANEL);
+        for (int r = 0; r < R; ++r)
+          acc[v][r] = _mm512_dpbf16_ps(acc[v][r], w, (__m512bh)_mm512_set1_epi32(static_cast<int>(xp[r * K2 + k])));
+      }
+    }
+    for (int v = 0; v < V; ++v)
+      for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * ldy + v * PANEL, acc[v][r]);
+  }
+
+  // At most 20 accumulators: measured from memory on the Zen 4 (bf16_dp_variants.log) 4 at
+  // 1-5 rows within the noise of 1-2 at 1-2 rows and the best at 4-5, 2 the best at 8.
+  static constexpr int at_once(int R) { return R <= 5 ? 4 : 2; }
+
+  // x [R, K] fp32 -> bf16, round to nearest even (exact for bf16 values), as [R, K / 2] pairs.
+  static std::vector<uint32_t> pairs(const float* x, int64_t R, int64_t K) {
+    std::vector<uint32_t> xp(R * K / 2);
+    uint16_t* out = reinterpret_cast<uint16_t*>(xp.data());
+    int64_t i = 0;
+    for (; i + 16 <= R * K; i += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+    for (; i < R * K; ++i) out[i] = c10::BFloat16(x[i]).x;
+    return xp;
+  }
+};
+#endif
+
+#if !defined(__AVX512F__)
+struct Panels8 {  // AVX2: 8 outputs, one k a line (16 bytes)
+  static constexpr int PANEL = 8, KSTEP = 1;
+  using X = float;
+
+  // R rows of x [R, K] times V adjacent panels from `panel` -> y (row r at y + r * ldy, the
+  // panels' 8 V outputs side by side). K % 4 == 0.
+  template <int R, int V>
+  static void times(const float* x, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
+    __m256 acc[V][R];
+    for (int v = 0; v < V; ++v)
+      for (int r = 0; r < R; ++r) acc[v][r] = _mm256_setzero_ps();
+    for (int64_t k0 = 0; k0 < K; k0 += 4) {
+      // A line of each panel 1 KB ahead, every 4 k (a line is 4 k of one panel). The
+      // prefetch is outside the unrolled loop: with it inside, GCC kept the accumulators in
+      // memory.
+      for (int v = 0; v < V; ++v)
+        _mm_prefetch(reinterpret_cast<const char*>(panel + (v * K + k0) * PANEL + 512), _MM_HINT_T0);
+      for (int kk = 0; kk < 4; ++kk) {
+        const int64_t k = k0 + kk;
+        __m256 wf[V];
+        for (int v = 0; v < V; ++v) wf[v] = simd::widen_bf16(panel + (v * K + k) * PANEL);
+        for (int r = 0; r < R; ++r) {
+          const __m256 xb = _mm256_broadcast_ss(x + r * K + k);
+          for (int v = 0; v < V; ++v) acc[v][r] = _mm256_fmadd_ps(wf[v], xb, acc[v][r]);
+        }
+      }
+    }
+    for (int v = 0; v < V; ++v)
+      for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * ldy + v * PANEL, acc[v][r]);
+  }
+
+  // At most 12 accumulators (V x R), and fewer panels at once streamed faster at 1-2 rows.
+  static constexpr int at_once(int R) { return R == 4 ? 3 : (R <= 6 ? 2 : 1); }
+};
+#endif
+
+// The layouts this build reads, as (PANEL, KSTEP): every one `check_panels` accepts, the
+// first the build's default (the module exports them as LAYOUTS).
+inline std::vector<std::pair<int, int>> layouts() {
+#if defined(__AVX512BF16__)
+  return {{PairPanels16::PANEL, PairPanels16::KSTEP}, {Panels32::PANEL, Panels32::KSTEP}};
+#elif defined(__AVX512F__)
+  return {{Panels32::PANEL, Panels32::KSTEP}};
+#else
+  return {{Panels8::PANEL, Panels8::KSTEP}};
+#endif
+}
+
+// Checks that `panels` is W [N, K] in one of the build's layouts (bf16, contiguous,
+// [ceil(N / PANEL), K / KSTEP, PANEL * KSTEP]) and returns its KSTEP: the layouts of one
+// build differ in it (panels of 32 by one k, of 16 by pairs: both 32 weights a line).
+inline int check_panels(const at::Tensor& panels, int64_t N, int64_t K) {
+  const bool bf16 = panels.scalar_type() == at::kBFloat16 && panels.is_contiguous() && panels.dim() == 3;
+  for (const auto& [panel, kstep] : layouts())
+    if (bf16 && K % kstep == 0 && panels.size(0) == (N + panel - 1) / panel && panels.size(1) == K / kstep &&
+        panels.size(2) == panel * kstep)
+      return kstep;
+  std::string shapes;
+  for (const auto& [panel, kstep] : layouts())
+    shapes += " [ceil(N / " + std::to_string(panel) + "), K / " + std::to_string(kstep) + ", " +
+              std::to_string(panel * kstep) + "]";
+  TORCH_CHECK(false, "bf16 panels: bf16, contiguous, one of", shapes);
+  return 0;
+}
+
+// R rows (R <= 8) against every panel of layout L, V panels at a time, a last panel that N
+// cuts short through a scratch tile. x: the activations as L takes them (L::X); a panel is
+// K * PANEL weights in every layout.
+template <class L, int R, int V>
+void panel_rows(const typename L::X* x, const uint16_t* wp, float* y, int64_t K, int64_t N) {
+  constexpr int PANEL = L::PANEL;
   const int64_t whole = N / PANEL, groups = whole / V;
   at::parallel_for(0, groups, std::max<int64_t>(1, 64 / (PANEL * V)), [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g)
-      panels_times_rows<R, V>(x, wp + g * V * K * PANEL, y + g * V * PANEL, N, K);
+      L::template times<R, V>(x, wp + g * V * K * PANEL, y + g * V * PANEL, N, K);
   });
   for (int64_t p = groups * V; p < whole; ++p)
-    panels_times_rows<R, 1>(x, wp + p * K * PANEL, y + p * PANEL, N, K);
+    L::template times<R, 1>(x, wp + p * K * PANEL, y + p * PANEL, N, K);
   if (whole * PANEL < N) {
     float tile[R * PANEL];
-    panels_times_rows<R, 1>(x, wp + whole * K * PANEL, tile, PANEL, K);
+    L::template times<R, 1>(x, wp + whole * K * PANEL, tile, PANEL, K);
     for (int r = 0; r < R; ++r)
       for (int64_t n = whole * PANEL; n < N; ++n) y[r * N + n] = tile[r * PANEL + n - whole * PANEL];
   }
 }
 
-// x [R, K] fp32 (any R, in chunks as `run`), wp the panels of W [N, K] -> y [R, N].
-inline void run_panels(const float* x, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N) {
-#if defined(__AVX512BF16__)
-  const std::vector<uint32_t> pairs = bf16_pairs(x, R, K);
-  const uint32_t* xs = pairs.data();
-#else
-  const float* xs = x;
-#endif
+// x [R, K] (any R, in chunks as `run`) in L's X, wp W's panels in layout L -> y [R, N].
+template <class L>
+void layout_rows(const typename L::X* x, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N) {
   in_row_chunks(R, [&](auto rows, int64_t r0) {
     constexpr int C = decltype(rows)::value;
-    panel_rows<C, panels_at_once(C)>(xs + r0 * K / KSTEP, wp, y + r0 * N, K, N);
+    panel_rows<L, C, L::at_once(C)>(x + r0 * K / L::KSTEP, wp, y + r0 * N, K, N);
   });
+}
+
+// x [R, K] fp32, wp the panels of W [N, K] in the layout whose KSTEP is `kstep` (what
+// `check_panels` returned) -> y [R, N]. The pair layout rounds x to bf16 first.
+inline void run_panels(const float* x, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N, int kstep) {
+#if defined(__AVX512BF16__)
+  if (kstep == PairPanels16::KSTEP) {
+    const std::vector<uint32_t> xp = PairPanels16::pairs(x, R, K);
+    layout_rows<PairPanels16>(xp.data(), R, wp, y, K, N);
+    return;
+  }
+#endif
+  (void)kstep;
+#if defined(__AVX512F__)
+  layout_rows<Panels32>(x, R, wp, y, K, N);
+#else
+  layout_rows<Panels8>(x, R, wp, y, K, N);
+#endif
 }
 
 template <int R>

@@ -78,6 +78,7 @@ struct Projection {  // one int4 layer (the buffers of quant.Int4Linear) or one 
   at::Tensor tiles;                      // int4 in the tile layout (q4_tiles), bf16 in the
                                          // panel layout (bf16_kernel.h), or empty
   int64_t N, K, S;
+  int kstep = 1;                         // bf16 panels: which of the build's layouts
 };
 
 // (qs, sc, mn, d, dmin, bias, tiles) of an int4 layer (tiles: empty where the layer has
@@ -91,7 +92,7 @@ Projection projection(const std::vector<at::Tensor>& t, size_t at) {
     p.N = p.w.size(0);
     p.K = p.w.size(1);
     TORCH_CHECK(p.bias.numel() == 0 || p.bias.numel() == p.N, "bias: [N]");
-    if (p.tiles.numel()) bf16::check_panels(p.tiles, p.N, p.K);
+    if (p.tiles.numel()) p.kstep = bf16::check_panels(p.tiles, p.N, p.K);
     return p;
   }
   Projection p{t[at].contiguous(),     t[at + 1].contiguous(), t[at + 2].contiguous(),
@@ -113,7 +114,8 @@ Projection projection(const std::vector<at::Tensor>& t, size_t at) {
 void product(const Projection& p, const float* x, int64_t R, float* y, const Round& rnd) {
   if (p.w.defined()) {
     if (p.tiles.numel())
-      bf16::run_panels(x, R, reinterpret_cast<const uint16_t*>(p.tiles.data_ptr<at::BFloat16>()), y, p.K, p.N);
+      bf16::run_panels(x, R, reinterpret_cast<const uint16_t*>(p.tiles.data_ptr<at::BFloat16>()), y, p.K, p.N,
+                       p.kstep);
     else
       bf16::run(x, R, reinterpret_cast<const uint16_t*>(p.w.data_ptr<at::BFloat16>()), y, p.K, p.N);
     if (p.bias.numel()) {
