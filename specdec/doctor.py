@@ -106,6 +106,20 @@ def tile_prefetch_row(cache: dict) -> dict | None:
     return {"level": entry["level"], "gb_s": gbs}
 
 
+def bf16_panels_row(cache: dict) -> dict | None:
+    """The bf16 panel layout chosen here ("16x2": pairs of k, `vdpbf16ps`; "32x1": fp32
+    FMAs) and each layout's GB/s at 1, 4 and 8 rows (`kernel_tuning.tune_bf16_panels`),
+    or None where the build reads one layout or no bf16 model has loaded yet."""
+    entry = cache.get("bf16_panels")
+    if not entry:
+        return None
+    gbs = {
+        name: {rows: round(entry["bytes"] / s / 1e9, 1) for rows, s in by_rows.items()}
+        for name, by_rows in entry["seconds"].items()
+    }
+    return {"layout": "{}x{}".format(*entry["layout"]), "gb_s": gbs}
+
+
 def report(bandwidth_gib: float = 1.0) -> dict:
     from specdec.models import native
     from specdec.models.kernel_tuning import kernel_cache, machine
@@ -144,6 +158,7 @@ def report(bandwidth_gib: float = 1.0) -> dict:
         "kernel_cache": str(cache),
         "kernels": kernels,
         "int4_tile_prefetch": tile_prefetch_row(stored),
+        "bf16_panels": bf16_panels_row(stored),
         "models": models,
     }
 
@@ -179,6 +194,12 @@ def print_report(data: dict) -> None:
             for level, gbs in prefetch["gb_s"].items()
         )
         print(f"int4 tile layout prefetches into {where[prefetch['level']]} ({timed})")
+    panels = data.get("bf16_panels")
+    if panels:
+        timed = ", ".join(
+            f"{name} {gbs['1']} / {gbs['4']} / {gbs['8']}" for name, gbs in panels["gb_s"].items()
+        )
+        print(f"bf16 panels: {panels['layout']} (GB/s at 1 / 4 / 8 rows: {timed})")
     print("bandwidth bound of plain bf16 decoding, batch 1:")
     for row in data["models"]:
         if row["pulled"]:

@@ -15,12 +15,14 @@ the fastest, and caches the choice per machine (`kernel_tuning`).
 
 Memory: two formats are stored copies of the weights, in the same dtype: oneDNN's
 prepacked weights (only where that kernel measures fastest) and the native kernel's panel
-layout (`pack_panels`: 8 outputs a panel in AVX2 builds, 32 in AVX-512 ones, 16 outputs
-by pairs of k in AVX-512 BF16 ones), which the decode stack reads too, so a bf16 model
+layout (`pack_panels`: 8 outputs a panel in AVX2 builds, 32 in AVX-512 ones; AVX-512 BF16
+ones read those or 16 outputs by pairs of k, whichever `kernel_tuning.tune_bf16_panels`
+timed faster here), which the decode stack reads too, so a bf16 model
 holds its weights twice (3.1 GB more for the 1.5B) for products 1.01-1.26x faster than from
 the row layout on a Zen 3 (1-6 rows; 7-8 rows 0.96-1.10x; docs/BENCHMARKS.md stop 48) and
 1.14-1.62x on a Zen 4 (1-8 rows, stop 53); the pair panels multiply 1.6x as fast again
-there, which keeps a 5-8 row verify pass near the memory's pace (stop 54).
+there, which keeps a 5-8 row verify pass near the memory's pace (stop 54), and pass 4-8
+rows 7-10% slower than the FMA panels on a Xeon with AMX (stop 55).
 A stored fp32 copy was measured too and dropped: it doubles a bf16 model's memory (6.2 GB
 more for the 1.5B) for no gain over the native kernel.
 

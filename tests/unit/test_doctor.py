@@ -54,13 +54,36 @@ def test_the_int4_tile_prefetch_choice_is_reported_with_its_speeds(monkeypatch, 
     assert "int4 tile layout prefetches into L2 (into L1 0.5 GB/s" in capsys.readouterr().out
 
 
+def test_the_bf16_panel_layout_is_reported_with_its_speeds(capsys):
+    seconds = {"16x2": {"1": 1.0, "4": 2.0, "8": 4.0}, "32x1": {"1": 1.0, "4": 1.0, "8": 2.0}}
+    entry = {"layout": [32, 1], "seconds": seconds, "bytes": 2e9}
+    row = doctor.bf16_panels_row({"bf16_panels": entry})
+    assert row == {
+        "layout": "32x1",
+        "gb_s": {"16x2": {"1": 2.0, "4": 1.0, "8": 0.5}, "32x1": {"1": 2.0, "4": 2.0, "8": 1.0}},
+    }
+    assert doctor.bf16_panels_row({}) is None
+    data = {
+        "machine": {"cpu": "x", "cores": 2, "torch": "t", "threads": 2},
+        "read_bandwidth_gb_s": 1.0,
+        "native_kernel": True,
+        "kernel_cache": "k.json",
+        "kernels": [],
+        "bf16_panels": row,
+        "models": [],
+    }
+    doctor.print_report(data)
+    out = capsys.readouterr().out
+    assert "bf16 panels: 32x1 (GB/s at 1 / 4 / 8 rows: 16x2 2.0 / 1.0 / 0.5, 32x1 2.0" in out
+
+
 def test_doctor_json_end_to_end(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path))
     monkeypatch.setattr(doctor, "read_bandwidth_gbs", lambda gib=1.0: 50.0)
     assert main(["doctor", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["read_bandwidth_gb_s"] == 50.0 and data["kernels"] == []
-    assert data["int4_tile_prefetch"] is None
+    assert data["int4_tile_prefetch"] is None and data["bf16_panels"] is None
     assert {m["model"] for m in data["models"]} >= {"qwen2.5-coder-1.5b-instruct"}
     assert not any(m["pulled"] for m in data["models"])  # an empty cache
     assert main(["doctor"]) == 0
