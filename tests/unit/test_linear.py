@@ -200,6 +200,16 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
     assert torch.equal(pairs[1, 5, 1::2], w[16:32, 11])
     with pytest.raises(ValueError, match="kstep"):
         pack_panels(w[:, :71], 16, 2)
+    # K a multiple of 32 and up to 17 rows: the AMX build's tiles where it has them (16 rows
+    # a pass, 4 panels at once, the 2 left one at a time, a last one cut to 11 outputs).
+    w2, x2 = torch.randn(107, 96).to(torch.bfloat16), torch.randn(17, 96)
+    for width, kstep in layouts:
+        panels = pack_panels(w2, width, kstep)
+        xr = x2.bfloat16().float() if kstep == 2 else x2
+        out = op(x2, w2, panels)
+        torch.testing.assert_close(out, F.linear(xr, w2.float()), atol=1e-4, rtol=1e-5)
+        for rows in (1, 5, 16):
+            assert torch.equal(op(x2[:rows], w2, panels), out[:rows])
     width, kstep = native.bf16_panel_layout()
     with pytest.raises(RuntimeError, match="panels"):
         op(x, w, pack_panels(w, width, kstep)[:1].contiguous())

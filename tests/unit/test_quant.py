@@ -387,6 +387,9 @@ def test_native_isa_can_only_be_narrowed(monkeypatch):
     avx512 = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
     assert native.instruction_set(avx512) == "avx512"
     assert native.instruction_set({*avx512, "avx512_bf16"}) == "avx512bf16"
+    amx = {*avx512, "avx512_bf16", "amx_tile", "amx_bf16"}
+    assert native.instruction_set(amx) == "amx"
+    assert native.instruction_set({*avx512, "amx_tile", "amx_bf16"}) == "avx512"  # no BF16
     assert native.instruction_set({"avx2", "fma", "avx512_bf16"}) == "avx2"
     assert native.instruction_set({"avx2", "fma"}) == "avx2"
     monkeypatch.setenv("SPECDEC_NATIVE_ISA", "avx2")
@@ -394,6 +397,8 @@ def test_native_isa_can_only_be_narrowed(monkeypatch):
     monkeypatch.setenv("SPECDEC_NATIVE_ISA", "avx512")
     assert native.instruction_set({"avx2", "fma"}) == "avx2"  # never wider than the CPU
     assert native.instruction_set({*avx512, "avx512_bf16"}) == "avx512"
+    monkeypatch.setenv("SPECDEC_NATIVE_ISA", "avx512bf16")
+    assert native.instruction_set(amx) == "avx512bf16"
     monkeypatch.setenv("SPECDEC_NATIVE_ISA", "sse2")
     with pytest.raises(ValueError, match="SPECDEC_NATIVE_ISA"):
         native.instruction_set(avx512)

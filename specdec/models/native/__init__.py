@@ -158,15 +158,24 @@ def sources_digest() -> str:
 # AVX-512 BF16 too, the bf16 product can also multiply pairs of bf16 with `vdpbf16ps`, in a
 # layout of its own (`bf16_panel_layouts`): on a Zen 4 1.6-1.7x the fp32 FMAs' rate, on a
 # Xeon with AMX slower than them at 5-8 rows, so which layout a machine packs is timed
-# (`kernel_tuning.tune_bf16_panels`). `SPECDEC_NATIVE_ISA=avx512` builds without it.
+# (`kernel_tuning.tune_bf16_panels`). `SPECDEC_NATIVE_ISA=avx512` builds without it. With
+# AMX (tiles and BF16) the pair panels are multiplied on AMX tiles instead (bf16_kernel.h:
+# 2-16 rows at the cost of one); `SPECDEC_NATIVE_ISA=avx512bf16` builds without them.
 _AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
-ISA_FLAGS = {"avx2": [], "avx512": _AVX512, "avx512bf16": [*_AVX512, "-mavx512bf16"]}
+_AVX512BF16 = [*_AVX512, "-mavx512bf16"]
+ISA_FLAGS = {
+    "avx2": [],
+    "avx512": _AVX512,
+    "avx512bf16": _AVX512BF16,
+    "amx": [*_AVX512BF16, "-mamx-tile", "-mamx-bf16"],
+}
 BASE_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]  # every build's, before its ISA_FLAGS
 _AVX512_NEEDS = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
 ISA_NEEDS = {
     "avx2": {"avx2", "fma"},
     "avx512": _AVX512_NEEDS,
     "avx512bf16": {*_AVX512_NEEDS, "avx512_bf16"},
+    "amx": {*_AVX512_NEEDS, "avx512_bf16", "amx_tile", "amx_bf16"},
 }
 
 

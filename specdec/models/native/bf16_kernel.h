@@ -18,6 +18,11 @@
 
 #include "simd.h"
 
+#if defined(__AMX_BF16__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace bf16 {
 
 // RG rows of x against the T output rows of W [N, K] from row n: one register tile, over all
@@ -266,6 +271,113 @@ struct PairPanels16 {  // AVX-512 BF16: 16 outputs, a pair of k a line
 };
 #endif
 
+#if defined(__AMX_BF16__)
+// The pair panels on AMX tiles, where the CPU has AMX (built with -mamx-tile -mamx-bf16,
+// native/__init__.py): 16 consecutive lines of a pair panel (32 k of its 16 outputs, by
+// pairs) are one B tile (16 rows x 64 bytes) as they lie, and up to 16 rows of x in bf16
+// (32 k a row) one A tile, so one `tdpbf16ps` adds 16 R x 32 products to C [R, 16]. A verify
+// pass of 2-16 rows then costs what one row does: on a Xeon with AMX (2 threads, the 1.5B's
+// step from memory, taking turns; docs/bench-xeon-s55/amx_sweep*.log) 8 rows ran 1.5-2.1x
+// faster than the fp32-FMA panels and 16 rows 2.1x, one row 0.8-1.2x, within the memory's
+// drift. Each (row, output) sums in its own C element, 32 k an instruction in the order of
+// k, whatever the rows beside it: batch-invariant; the floats differ from `vdpbf16ps`'s in
+// the last bits. Linux lends a process the tiles' state only when asked (`permitted`).
+namespace amx {
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Whether this process may use AMX tile data (asked of Linux once; a kernel or a VM that
+// refuses leaves the `vdpbf16ps` path to serve the pair panels).
+inline bool permitted() {
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return ok;
+}
+
+// Tiles 0-3: C of four panels, [R, 16] fp32; 4: A, [R, 32] bf16; 5-7: B, 16 lines of 64 bytes.
+inline void configure(int R) {
+  TileConfig cfg;
+  for (int t = 0; t < 5; ++t) cfg.rows[t] = static_cast<uint8_t>(R), cfg.colsb[t] = 64;
+  for (int t = 5; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+}
+
+// Lines of each panel prefetched ahead of its B tile loads, in tiles (1 KB each): 3 streamed
+// the fastest of 0-8 at 1 and 8 rows (amx_sweep.log; 0 ran 1.3-1.5x slower).
+constexpr int AHEAD = 3;
+
+// R rows of x (xb [R, K] bf16) times V adjacent pair panels from `panel` -> y (row r at
+// y + r * ldy, the panels' 16 V outputs side by side). K % 32 == 0; tiles configured for R.
+template <int V>
+inline void panels_times_rows(const uint16_t* xb, const uint16_t* panel, float* y, int64_t ldy, int64_t K) {
+  const int64_t line = 32, panel_lines = K / 2;  // bf16 a line; lines a panel
+  _tile_zero(0);
+  if constexpr (V > 1) _tile_zero(1);
+  if constexpr (V > 2) _tile_zero(2);
+  if constexpr (V > 3) _tile_zero(3);
+  for (int64_t k = 0; k < K; k += 32) {
+    const uint16_t* b = panel + k / 2 * line;  // the tile of panel 0 at k
+    for (int v = 0; v < V; ++v)
+      for (int l = 0; l < 16; ++l)  // prefetching past the weights' end is harmless
+        _mm_prefetch(reinterpret_cast<const char*>(b + (v * panel_lines + AHEAD * 16 + l) * line), _MM_HINT_T0);
+    _tile_loadd(4, xb + k, K * 2);
+    _tile_loadd(5, b, 64);
+    _tile_dpbf16ps(0, 4, 5);
+    if constexpr (V > 1) {
+      _tile_loadd(6, b + panel_lines * line, 64);
+      _tile_dpbf16ps(1, 4, 6);
+    }
+    if constexpr (V > 2) {
+      _tile_loadd(7, b + 2 * panel_lines * line, 64);
+      _tile_dpbf16ps(2, 4, 7);
+    }
+    if constexpr (V > 3) {
+      _tile_loadd(5, b + 3 * panel_lines * line, 64);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+  }
+  _tile_stored(0, y, ldy * 4);
+  if constexpr (V > 1) _tile_stored(1, y + 16, ldy * 4);
+  if constexpr (V > 2) _tile_stored(2, y + 32, ldy * 4);
+  if constexpr (V > 3) _tile_stored(3, y + 48, ldy * 4);
+}
+
+// xb [R, K] bf16 (R <= 16, K % 32 == 0), wp W's pair panels -> y [R, N]: 4 panels at a time
+// over the threads, the panels left one at a time, a last panel N cuts short via scratch.
+inline void rows_times_panels(const uint16_t* xb, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N) {
+  constexpr int V = 4, PANEL = 16;
+  const int64_t whole = N / PANEL, groups = whole / V;
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    configure(static_cast<int>(R));  // tile state is per thread
+    for (int64_t g = begin; g < end; ++g) panels_times_rows<V>(xb, wp + g * V * K * PANEL, y + g * V * PANEL, N, K);
+    _tile_release();
+  });
+  if (groups * V == whole && whole * PANEL == N) return;
+  configure(static_cast<int>(R));
+  for (int64_t p = groups * V; p < whole; ++p) panels_times_rows<1>(xb, wp + p * K * PANEL, y + p * PANEL, N, K);
+  if (whole * PANEL < N) {
+    alignas(64) float tile[16 * PANEL];
+    panels_times_rows<1>(xb, wp + whole * K * PANEL, tile, PANEL, K);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t n = whole * PANEL; n < N; ++n) y[r * N + n] = tile[r * PANEL + n - whole * PANEL];
+  }
+  _tile_release();
+}
+
+// x [R, K] fp32 (any R, in even chunks of at most 16 rows) -> y [R, N], W in pair panels.
+inline void run(const float* x, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N) {
+  const int64_t passes = (R + 15) / 16, chunk = (R + passes - 1) / passes;
+  for (int64_t r0 = 0; r0 < R; r0 += chunk) {
+    const int64_t rows = std::min(chunk, R - r0);
+    const std::vector<uint32_t> xp = PairPanels16::pairs(x + r0 * K, rows, K);  // [rows, K] bf16
+    rows_times_panels(reinterpret_cast<const uint16_t*>(xp.data()), rows, wp, y + r0 * N, K, N);
+  }
+}
+}  // namespace amx
+#endif
+
 #if !defined(__AVX512F__)
 struct Panels8 {  // AVX2: 8 outputs, one k a line (16 bytes)
   static constexpr int PANEL = 8, KSTEP = 1;
@@ -367,6 +479,9 @@ void layout_rows(const typename L::X* x, int64_t R, const uint16_t* wp, float* y
 inline void run_panels(const float* x, int64_t R, const uint16_t* wp, float* y, int64_t K, int64_t N, int kstep) {
 #if defined(__AVX512BF16__)
   if (kstep == PairPanels16::KSTEP) {
+#if defined(__AMX_BF16__)
+    if (K % 32 == 0 && amx::permitted()) return amx::run(x, R, wp, y, K, N);
+#endif
     const std::vector<uint32_t> xp = PairPanels16::pairs(x, R, K);
     layout_rows<PairPanels16>(xp.data(), R, wp, y, K, N);
     return;
