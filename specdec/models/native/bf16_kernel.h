@@ -277,8 +277,8 @@ struct PairPanels16 {  // AVX-512 BF16: 16 outputs, a pair of k a line
 // pairs) are one B tile (16 rows x 64 bytes) as they lie, and up to 16 rows of x in bf16
 // (32 k a row) one A tile, so one `tdpbf16ps` adds 16 R x 32 products to C [R, 16]. A verify
 // pass of 2-16 rows then costs what one row does: on a Xeon with AMX (2 threads, the 1.5B's
-// step from memory, taking turns; docs/bench-xeon-s55/amx_sweep*.log) 8 rows ran 1.5-2.1x
-// faster than the fp32-FMA panels and 16 rows 2.1x, one row 0.8-1.2x, within the memory's
+// step from memory, taking turns; docs/bench-xeon-s55/amx_sweep.log) 8 rows ran 1.5-2.1x
+// faster than the fp32-FMA panels and 16 rows 2.1x, one row 0.75-1.23x, with the memory
 // drift. Each (row, output) sums in its own C element, 32 k an instruction in the order of
 // k, whatever the rows beside it: batch-invariant; the floats differ from `vdpbf16ps`'s in
 // the last bits. Linux lends a process the tiles' state only when asked (`permitted`).
