@@ -30,6 +30,6 @@ for only in ${ONLY:-bf16-hf bf16-vllm int4-peers}; do
   int4-peers)  # int4 against llama.cpp on the same Q4_K_M file and vLLM's speculation
     run int4-peers --quant int4 --workloads code,sharegpt --batches 1 --temperatures 0 \
       --methods plain,draft-auto,draft-k3,ngram-auto,llamacpp,vllm-draft-k4 --max-tokens 64 \
-      --prompts-per-point 4 --repeats 4 --curve-ks 0,1,2,3,4,5,6,7,8 --vllm-python "$VLLM" ;;
+      --prompts-per-point 4 --repeats ${REPEATS:-3} --curve-ks 0,1,2,4,8 --vllm-python "$VLLM" ;;
   esac
 done
