@@ -68,12 +68,16 @@ def llamacpp_available() -> bool:
 # llama-cpp-python 0.3.36 built for the CPU it builds on (pip's default) takes llama.cpp's AMX
 # path on a CPU with AMX, and that path crashes the process inside its first decode on the
 # Qwen Q4_K_M file (segmentation fault in ggml_backend_amx_mul_mat, on a 2-vCPU Xeon with
-# AMX, 2026-11-25). Built without AMX it runs its AVX-512 kernels and works.
+# AMX, 2026-11-25). Built without AMX it runs its AVX-512 kernels and works. The rebuild
+# takes no dependencies (forcing them would reinstall numpy too), so a second install adds
+# the ones missing (diskcache, jinja2) without building again: with the first alone, a
+# fresh environment's build did not import (stop 55).
 LLAMACPP_NO_AMX = (
     "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
     "-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON "
     "-DGGML_AVX_VNNI=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF' "
-    "pip install --force-reinstall --no-deps --no-cache-dir llama-cpp-python==0.3.36"
+    "pip install --force-reinstall --no-deps --no-cache-dir llama-cpp-python==0.3.36 "
+    "&& pip install llama-cpp-python==0.3.36"
 )
 
 
