@@ -33,3 +33,10 @@ for only in ${ONLY:-bf16-hf bf16-vllm int4-peers}; do
       --prompts-per-point 4 --repeats ${REPEATS:-3} --curve-ks 0,1,2,4,8 --vllm-python "$VLLM" ;;
   esac
 done
+# llama.cpp on its own with our int4 plain and auto beside it (stop 55: in int4-peers its
+# no-AMX build did not import, the rebuild having skipped its dependencies)
+if [ "${ONLY:-}" = int4-llamacpp ]; then
+  run int4-llamacpp --quant int4 --workloads code,sharegpt --batches 1 --temperatures 0 \
+    --methods plain,draft-auto,llamacpp --max-tokens 64 --prompts-per-point 4 \
+    --repeats ${REPEATS:-3} --curve-ks 0
+fi
