@@ -25,7 +25,7 @@ for only in ${ONLY:-bf16-hf bf16-vllm int4-peers}; do
       --prompts-per-point 4 --repeats 3 --curve-ks 0,1,2,4 ;;
   bf16-vllm)  # bf16 against vLLM's CPU build, plain and with its draft-model speculation
     run bf16-vllm --workloads code,sharegpt --batches 1 --temperatures 0 \
-      --methods plain,vllm,vllm-draft-k4 --max-tokens 64 --prompts-per-point 4 --repeats 3 \
+      --methods plain,vllm --max-tokens 64 --prompts-per-point 4 --repeats ${REPEATS:-3} \
       --curve-ks 0 --vllm-python "$VLLM" ;;
   int4-peers)  # int4 against llama.cpp on the same Q4_K_M file and vLLM's speculation
     run int4-peers --quant int4 --workloads code,sharegpt --batches 1 --temperatures 0 \
