@@ -97,13 +97,16 @@ def tile_prefetch_row(cache: dict) -> dict | None:
     """The int4 tile layout's prefetch level chosen here and its GB/s at 1 and 4 rows at each
     level (`kernel_tuning.tune_prefetch`), or None before an int4 target has loaded."""
     entry = cache.get("tile_prefetch")
-    if not entry:
-        return None
-    gbs = {
-        level: {rows: round(entry["bytes"] / s / 1e9, 1) for rows, s in by_rows.items()}
-        for level, by_rows in entry["seconds"].items()
+    return {"level": entry["level"], "gb_s": _gb_s(entry)} if entry else None
+
+
+def _gb_s(entry: dict) -> dict:
+    """{setting: {rows: GB/s}} of a timing entry's {setting: {rows: seconds}} sweeps of
+    `entry["bytes"]` weight bytes (`kernel_tuning`'s prefetch and panel layout timings)."""
+    return {
+        name: {rows: round(entry["bytes"] / s / 1e9, 1) for rows, s in by_rows.items()}
+        for name, by_rows in entry["seconds"].items()
     }
-    return {"level": entry["level"], "gb_s": gbs}
 
 
 def bf16_panels_row(cache: dict) -> dict | None:
@@ -111,13 +114,7 @@ def bf16_panels_row(cache: dict) -> dict | None:
     FMAs) and each layout's GB/s at 1, 4 and 8 rows (`kernel_tuning.tune_bf16_panels`),
     or None where the build reads one layout or no bf16 model has loaded yet."""
     entry = cache.get("bf16_panels")
-    if not entry:
-        return None
-    gbs = {
-        name: {rows: round(entry["bytes"] / s / 1e9, 1) for rows, s in by_rows.items()}
-        for name, by_rows in entry["seconds"].items()
-    }
-    return {"layout": "{}x{}".format(*entry["layout"]), "gb_s": gbs}
+    return {"layout": "{}x{}".format(*entry["layout"]), "gb_s": _gb_s(entry)} if entry else None
 
 
 def report(bandwidth_gib: float = 1.0) -> dict:

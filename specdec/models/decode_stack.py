@@ -180,7 +180,7 @@ def tune_stack(model: Transformer, *, cache=None, retune: bool = False) -> dict 
         or entry.get("panels") != panels
     ):
         kernel_tuning.announce("timing whole passes through the native decode stack", cache)
-        entry = _measure(model, stack)
+        entry = {**_measure(model, stack), "panels": panels}
         stored[key] = entry
         kernel_tuning.store(cache, "stacks", stored)
     stack.measured = {int(b): way == "stack" for b, way in entry["plan"].items()}
@@ -222,5 +222,4 @@ def _measure(model: Transformer, stack: DecodeStack) -> dict:
             for b in STACK_BUCKETS
         },
         "seconds": {str(t): {w: round(s, 6) for w, s in ways.items()} for t, ways in best.items()},
-        "panels": kernel_tuning.panels_timed(stack.probe),
     }

@@ -266,29 +266,34 @@ def store(cache: Path, name: str, entries: dict) -> None:
 PREFETCH_ROWS = (1, 4)
 
 
-def _sweep_settings(layers: list[nn.Module], settings: dict) -> dict[str, dict[str, float]]:
-    """{setting: {rows: seconds}}: the fastest of `REPEATS` sweeps through `layers` (int4,
-    in model order, as a decode step streams them) at each row count of `PREFETCH_ROWS`
-    under each setting (`settings`: name -> a callable that applies it), the settings
-    taking turns (noise only adds time). Each layer runs its own native kernel entry
-    (`q4_native`), as a decode step's eager layers do. The caller restores what was set."""
+def _sweep_settings(
+    layers: list[nn.Module],
+    settings: dict,
+    kernel: str = "q4_native",
+    row_counts: tuple[int, ...] = PREFETCH_ROWS,
+) -> dict[str, dict[str, float]]:
+    """{setting: {rows: seconds}}: the fastest of `REPEATS` sweeps through `layers` (in
+    model order, as a decode step streams them) at each of `row_counts` under each setting
+    (`settings`: name -> a callable that applies it), the settings taking turns (noise only
+    adds time). Each layer runs its own entry of `kernel` (int4: `q4_native`), as a decode
+    step's eager layers do. The caller restores what was set."""
     seed = torch.Generator().manual_seed(0)
     inputs = {
         (rows, width): torch.randn(rows, width, generator=seed).to(layers[0].weight.dtype)
-        for rows in PREFETCH_ROWS
+        for rows in row_counts
         for width in sorted({layer.in_features for layer in layers})
     }
-    best = {(name, rows): float("inf") for name in settings for rows in PREFETCH_ROWS}
+    best = {(name, rows): float("inf") for name in settings for rows in row_counts}
     with torch.inference_mode():
         for _ in range(REPEATS):
             for name, rows in best:
                 settings[name]()
                 start = time.perf_counter()
                 for layer in layers:
-                    layer.run("q4_native", inputs[rows, layer.in_features])
+                    layer.run(kernel, inputs[rows, layer.in_features])
                 best[name, rows] = min(best[name, rows], time.perf_counter() - start)
     return {
-        name: {str(rows): round(best[name, rows], 6) for rows in PREFETCH_ROWS} for name in settings
+        name: {str(rows): round(best[name, rows], 6) for rows in row_counts} for name in settings
     }
 
 
@@ -342,39 +347,39 @@ def _native_bf16_layers(model: nn.Module) -> list[Linear]:
 
 
 def measure_bf16_panels(layers: list[Linear]) -> dict:
-    """Seconds of a sweep through `layers` (in model order, as a decode step streams them)
-    at each row count of `PANEL_ROWS` with their weights in each panel layout the build
-    reads, the layouts taking turns (the fastest of `REPEATS` sweeps: noise only adds
-    time), and the layout with the least sum. Packs each layout for these layers only."""
+    """Seconds of a sweep through `layers` at each row count of `PANEL_ROWS` with their
+    weights in each panel layout the build reads (`_sweep_settings`: the eager native_bf16
+    entry, the layouts taking turns), and the layout with the least sum. Packs each layout
+    for these layers only, and gives them back the panels they held before."""
     from specdec.models.linear import pack_panels
 
-    kernel = native.bf16_gemv()
     packed = {
-        layout: [pack_panels(layer.weight, *layout) for layer in layers]
-        for layout in native.bf16_panel_layouts()
+        f"{width}x{kstep}": [pack_panels(layer.weight, width, kstep) for layer in layers]
+        for width, kstep in native.bf16_panel_layouts()
     }
-    seed = torch.Generator().manual_seed(0)
-    inputs = {
-        (rows, width): torch.randn(rows, width, generator=seed).to(torch.bfloat16).float()
-        for rows in PANEL_ROWS
-        for width in sorted({layer.in_features for layer in layers})
-    }
-    best = {(layout, rows): float("inf") for layout in packed for rows in PANEL_ROWS}
-    with torch.inference_mode():
-        for _ in range(REPEATS):
-            for layout, rows in best:
-                start = time.perf_counter()
-                for layer, panels in zip(layers, packed[layout], strict=True):
-                    kernel(inputs[rows, layer.in_features], layer.weight, panels)
-                best[layout, rows] = min(best[layout, rows], time.perf_counter() - start)
-    name = {layout: f"{layout[0]}x{layout[1]}" for layout in packed}
-    layout = min(packed, key=lambda lo: sum(best[lo, rows] for rows in PANEL_ROWS))
+    held = [layer.formats.get("native_bf16") for layer in layers]
+
+    def lay(panels: list) -> None:
+        for layer, p in zip(layers, panels, strict=True):
+            layer.formats["native_bf16"] = p
+
+    try:
+        seconds = _sweep_settings(
+            layers,
+            {name: partial(lay, panels) for name, panels in packed.items()},
+            "native_bf16",
+            PANEL_ROWS,
+        )
+    finally:
+        lay(held)
+        for layer in layers:
+            if layer.formats["native_bf16"] is None:
+                del layer.formats["native_bf16"]
+    fastest = min(packed, key=lambda name: sum(seconds[name].values()))
     return {
-        "layout": list(layout),
-        "seconds": {
-            name[lo]: {str(rows): round(best[lo, rows], 6) for rows in PANEL_ROWS} for lo in packed
-        },
-        "bytes": sum(layer.weight.numel() * layer.weight.element_size() for layer in layers),
+        "layout": [int(n) for n in fastest.split("x")],
+        "seconds": seconds,
+        "bytes": sum(layer.stored_bytes() for layer in layers),
     }
 
 
@@ -402,7 +407,7 @@ def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: boo
             if size >= 2 * SWEEP_BYTES:
                 break
             swept.append(layer)
-            size += layer.weight.numel() * layer.weight.element_size()
+            size += layer.stored_bytes()
         entry = measure_bf16_panels(swept)
         store(cache, "bf16_panels", entry)
     native.set_bf16_panel_layout(tuple(entry["layout"]))
