@@ -50,6 +50,7 @@ from specdec.models.kernel_tuning import (
     tune_kernels,
     tune_layout,
     tune_prefetch,
+    use_stored_bf16_panels,
 )
 from specdec.models.loading import load_transformer
 from specdec.models.quant import QUANTS, quantize, with_decode_stack
@@ -187,6 +188,8 @@ class LLM:
             check_tp_split(path, draft if draft_tp > 1 else None, dtype, tp)
         # int4 from a Q4_K GGUF runs the file's own 4-bit blocks (a shard re-quantizes).
         source = gguf_source(model) if quant == "int4" and self.tp is None else None
+        if torch.device(device).type == "cpu":
+            use_stored_bf16_panels()  # pack once, in the layout this machine timed
         self.model = _tuned(
             quantize(load_transformer(path, dtype, torch.device(device), tp=self.tp), quant, source)
         )

@@ -383,6 +383,20 @@ def measure_bf16_panels(layers: list[Linear]) -> dict:
     }
 
 
+def use_stored_bf16_panels(*, cache: Path | None = None) -> bool:
+    """Pack bf16 weights from now on in the layout this machine timed before, if it has:
+    called before a model is loaded, so its first packing is already in that layout
+    (`tune_bf16_panels` would otherwise re-pack every layer, holding the weights a third
+    time meanwhile). Returns whether a stored layout was put in force."""
+    if len(native.bf16_panel_layouts()) < 2:
+        return False
+    layout = tuple(stored_entries("bf16_panels", cache=cache).get("layout", ()))
+    if layout not in native.bf16_panel_layouts():
+        return False
+    native.set_bf16_panel_layout(layout)
+    return True
+
+
 def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: bool = False) -> bool:
     """Pack bf16 weights for the native kernel in the panel layout timed fastest here
     (`native.set_bf16_panel_layout`), from the cache when this machine has timed it

@@ -291,6 +291,19 @@ def test_the_bf16_panel_layout_is_timed_once_per_machine_and_repacks(
     monkeypatch.setattr(native, "_panel_layout", None)  # a new process: read, not timed
     assert kernel_tuning.tune_bf16_panels(model, cache=cache) is False
     assert timed == [len(layers)] and native.bf16_panel_layout() == (32, 1)
+    # A new process puts the stored layout in force before it loads, so a model is packed
+    # once, in that layout, and nothing is re-packed after.
+    monkeypatch.setattr(native, "_panel_layout", None)
+    assert kernel_tuning.use_stored_bf16_panels(cache=tmp_path / "none.json") is False
+    assert native.bf16_panel_layout() == (16, 2)
+    assert kernel_tuning.use_stored_bf16_panels(cache=cache) is True
+    fresh = _model()
+    for layer in (m for m in fresh if isinstance(m, Linear)):
+        layer.use({1: "native_bf16"})
+        assert layer.formats["native_bf16"].shape[2] == 32 and layer.formats[
+            "native_bf16"
+        ].shape[1] == layer.in_features
+    assert kernel_tuning.tune_bf16_panels(fresh, cache=cache) is False
 
 
 def test_measure_bf16_panels_times_every_layout_the_build_reads(native_on):
