@@ -17,8 +17,8 @@ import transformers
 
 from specdec import LLM, SamplingParams
 from specdec.bench.peers import hf_greedy
-from specdec.models.config import ModelConfig
 from specdec.doctor import decode_bytes, read_bandwidth_gbs
+from specdec.models.config import ModelConfig
 from specdec.models.registry import cache_root
 
 torch.set_num_threads(2)
@@ -55,7 +55,9 @@ def theirs(ids: list[int]) -> tuple[float, list[int]]:
 ours(prompts[0])  # warm both
 theirs(llm.encode(prompts[0], False))
 rows = []
-print(f"{NAME}: bytes a step {step_bytes / 1e9:.3f} GB; {TURNS} turns x {TOKENS} tokens", flush=True)
+print(
+    f"{NAME}: bytes a step {step_bytes / 1e9:.3f} GB; {TURNS} turns x {TOKENS} tokens", flush=True
+)
 for turn in range(TURNS):
     prompt = prompts[turn % len(prompts)]
     ids = llm.encode(prompt, False)
@@ -68,7 +70,7 @@ for turn in range(TURNS):
         ours_rate, ours_ids = ours(prompt)
     after = read_bandwidth_gbs(1.0, 3)
     bound = (before + after) / 2 * 1e9 / step_bytes
-    same = sum(a == b for a, b in zip(ours_ids, hf_ids)) / len(ours_ids)
+    same = sum(a == b for a, b in zip(ours_ids, hf_ids, strict=False)) / len(ours_ids)
     rows.append((ours_rate / bound, ours_rate / hf_rate))
     print(
         f"turn {turn}: read {before:.1f}/{after:.1f} GB/s, bound {bound:.2f} tok/s; "
