@@ -300,9 +300,7 @@ def test_the_bf16_panel_layout_is_timed_once_per_machine_and_repacks(
     fresh = _model()
     for layer in (m for m in fresh if isinstance(m, Linear)):
         layer.use({1: "native_bf16"})
-        assert layer.formats["native_bf16"].shape[2] == 32 and layer.formats[
-            "native_bf16"
-        ].shape[1] == layer.in_features
+        assert layer.formats["native_bf16"].shape[1:] == (layer.in_features, 32)
     assert kernel_tuning.tune_bf16_panels(fresh, cache=cache) is False
 
 
