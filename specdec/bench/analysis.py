@@ -25,7 +25,8 @@ Two speedups over plain decoding of the same group:
   0.88-1.12x).
 
 Predictions come from `specdec.cost_model` with costs measured at the point's batch size
-and context (`costs.py`) and the acceptance per position the point measured:
+and context (`costs.py`) and the acceptance per position the point measured, where the
+point's verify curve has two or more widths (none with `--curve-ks 0`):
 - fixed k: `predict_speedup(costs, B, alpha, k)`.
 - `auto`: what `AdaptiveWindow` would choose from the same inputs, `best_window` with its
   margin (1.0 and k = 0 when speculation is not predicted to pay).
@@ -111,8 +112,12 @@ def _predict(row: dict, entry: dict | None, k_max: int) -> None:
     row["predicted_from_tokens_per_pass"] = None
     window = row.get("window")
     per_position = row.get("acceptance_per_position")
-    # A tree step is not a chain of its depth: the model prices chains only.
+    # A tree step is not a chain of its depth: the model prices chains only. A curve of
+    # one point (`--curve-ks 0`) has no shape to price a window with: it would read as
+    # flat, every pass as cheap as a plain step, and predict far more than runs.
     if entry is None or window in (None, "tree") or per_position is None:
+        return
+    if len(entry["verify_s"]) < 2:
         return
     costs = cost_model(entry, drafter=row["method"].split("-")[0])
     if costs is None:  # heads measured before their cost was

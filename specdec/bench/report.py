@@ -176,29 +176,9 @@ def checks(rows: list[dict]) -> list[str]:
         )
     if any(r.get("cpu_speedup") is not None for r in rows):
         out.append(_floor_check(rows, "cpu_speedup", "tokens per CPU second"))
-    b1 = [
-        r
-        for r in rows
-        if r["batch"] == 1 and r.get("predicted_speedup") and r.get("decode_speedup")
-    ]
-    off = [
-        r
-        for r in b1
-        if abs(r["predicted_speedup"] / r["decode_speedup"] - 1) > PREDICTION_TOLERANCE
-    ]
-    verdict = (
-        f"**yes** at all {len(b1)} points"
-        if not off
-        else f"**no** at {len(off)} of {len(b1)} points: "
-        + "; ".join(
-            f"{r['method']} {r['group']} predicted {r['predicted_speedup']:.2f}x, "
-            f"measured {r['decode_speedup']:.2f}x"
-            for r in off
-        )
-    )
     out.append(
         f"- predicted vs measured (decode phase) within {PREDICTION_TOLERANCE:.0%} at batch 1: "
-        + verdict
+        + _prediction_verdict(rows)
     )
     cpu = [
         r for r in rows if r["batch"] == 1 and r.get("predicted_speedup") and r.get("cpu_speedup")
@@ -217,6 +197,32 @@ def checks(rows: list[dict]) -> list[str]:
             f"{ratios[len(ratios) // 2]:.2f})"
         )
     return out
+
+
+def _prediction_verdict(rows: list[dict]) -> str:
+    """Whether the cost model's predictions at batch 1 came within the tolerance of the
+    decode phase measured; a point without a verify curve (`--curve-ks 0`) has none."""
+    b1 = [r for r in rows if r["batch"] == 1 and r.get("decode_speedup")]
+    priced = [r for r in b1 if r.get("predicted_speedup")]
+    if not priced:
+        if any(r.get("window") not in (None, "tree") for r in b1):
+            return (
+                "not checked: no point at batch 1 has a verify curve of two or more widths "
+                "(`--curve-ks`) to predict from"
+            )
+        return "no speculative point at batch 1"
+    off = [
+        r
+        for r in priced
+        if abs(r["predicted_speedup"] / r["decode_speedup"] - 1) > PREDICTION_TOLERANCE
+    ]
+    if not off:
+        return f"**yes** at all {len(priced)} points"
+    return f"**no** at {len(off)} of {len(priced)} points: " + "; ".join(
+        f"{r['method']} {r['group']} predicted {r['predicted_speedup']:.2f}x, "
+        f"measured {r['decode_speedup']:.2f}x"
+        for r in off
+    )
 
 
 def best_k_table(best: dict) -> list[str]:

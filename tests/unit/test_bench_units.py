@@ -147,6 +147,26 @@ def test_derive_without_a_plain_row_or_costs():
     assert rows[0]["cost_per_million_tokens"] is None
 
 
+def test_a_verify_curve_of_one_width_predicts_nothing():
+    """`--curve-ks 0` times a plain step alone: read as a flat curve it would price every
+    window as cheap as a plain step (the Xeon sweep of stop 56: 1.86x predicted, 1.11x
+    measured). No prediction is made, and the report says why instead of failing it."""
+    from specdec.bench.report import checks
+
+    entry = {"rows": 1, "context": 288, "verify_s": {"0": 0.05}, "draft_step_s": 0.017}
+    kept = [0.84, 0.66, 0.5]
+    rows = [_row("plain", None, 14.0), _row("draft-auto", "auto", 15.0, kept)]
+    derive(rows, {"c": entry}, k_max=8, price_per_hour=None)
+    assert rows[1]["predicted_speedup"] is None and rows[1]["predicted_best_k"] is None
+    line = next(line for line in checks(rows) if "predicted vs measured" in line)
+    assert "not checked" in line and "--curve-ks" in line
+    entry["verify_s"]["1"] = 0.052  # two widths: a curve to price with
+    derive(rows, {"c": entry}, k_max=8, price_per_hour=None)
+    assert rows[1]["predicted_speedup"] > 0
+    line = next(line for line in checks(rows) if "predicted vs measured" in line)
+    assert "not checked" not in line
+
+
 def test_paired_speedup_pairs_runs_of_the_same_turns_and_the_floor_check_uses_it():
     """The machine slows down between turns: `auto`'s median run reads 0.90x plain's median
     run, yet in every turn it ran at 0.99x plain's run beside it. The floor check judges
