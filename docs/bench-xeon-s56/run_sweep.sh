@@ -9,7 +9,7 @@ OUT=docs/bench-xeon-s56
 for quant in ${QUANTS:-int4 none}; do
   for len in ${LENS:-256 1024}; do
     for batch in ${BATCHES:-1 4}; do
-      name=sweep-$quant-${len}x$batch
+      name=sweep-$quant-${len}x$batch${SUFFIX:-}
       echo "== $name $(date -u +%H:%M:%S)"
       .venv/bin/specdec bench --out "$OUT/$name" --quant "$quant" --workloads synthetic \
         --prompt-lens "$len" --batches "$batch" --temperatures 0 \
