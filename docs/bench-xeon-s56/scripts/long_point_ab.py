@@ -10,8 +10,9 @@ import time
 
 import torch
 
-from specdec.bench.runner import Runner
 from specdec.bench.plan import Point
+from specdec.bench.runner import Runner
+from specdec.engine import Engine
 
 torch.set_num_threads(2)
 TURNS = int(sys.argv[1]) if len(sys.argv) > 1 else 4
@@ -30,11 +31,23 @@ runner = Runner(
 points = {m: Point("synthetic", LEN, 1, 0.0, m) for m in ("plain", "draft-auto")}
 prompts = runner.prompts(points["plain"])
 params = runner.params(points["plain"], len(prompts))
-seen = {m: {"ttft": [], "decode": [], "wall": []} for m in points}
+seen = {m: {"ttft": [], "decode": [], "wall": [], "step": []} for m in points}
+steps: list[float] = []
+_step = Engine._step
+
+
+def timed_step(self, live, cache, drafter):  # each decode step's wall time
+    t0 = time.perf_counter()
+    _step(self, live, cache, drafter)
+    steps.append(time.perf_counter() - t0)
+
+
+Engine._step = timed_step
 
 
 def run(method: str) -> None:
     engine = runner._engine(points[method])
+    steps.clear()
     t0 = time.perf_counter()
     outs = [engine.generate([p], [q])[0] for p, q in zip(prompts, params, strict=True)]
     wall = time.perf_counter() - t0
@@ -44,9 +57,14 @@ def run(method: str) -> None:
     seen[method]["ttft"] += ttft
     seen[method]["decode"] += decode
     seen[method]["wall"].append(wall)
+    seen[method]["step"] += steps
     print(
-        f"{method:10s} wall {wall:6.2f} s; ttft " + " ".join(f"{t:.2f}" for t in ttft)
-        + "; decode " + " ".join(f"{d:.2f}" for d in decode) + f"; drafted {drafted}",
+        f"{method:10s} wall {wall:6.2f} s; ttft "
+        + " ".join(f"{t:.2f}" for t in ttft)
+        + "; decode "
+        + " ".join(f"{d:.2f}" for d in decode)
+        + f"; drafted {drafted}"
+        + f"; step median {1e3 * statistics.median(steps):.1f} ms",
         flush=True,
     )
 
@@ -58,5 +76,20 @@ for turn in range(TURNS):
 for m, v in seen.items():
     print(
         f"{m}: median wall {statistics.median(v['wall']):.2f} s, ttft "
-        f"{statistics.median(v['ttft']):.2f} s, decode {statistics.median(v['decode']):.2f} s"
+        f"{statistics.median(v['ttft']):.2f} s, decode {statistics.median(v['decode']):.2f} s, "
+        f"step {1e3 * statistics.median(v['step']):.2f} ms "
+        f"(mean {1e3 * statistics.mean(v['step']):.2f})"
     )
+
+# Where a draft-auto run's host time goes beyond plain's: one run of each under cProfile,
+# the functions of the window, the drafter and the engine's step by their own time.
+import cProfile  # noqa: E402
+import pstats  # noqa: E402
+
+for m in ("plain", "draft-auto"):
+    prof = cProfile.Profile()
+    prof.enable()
+    run(m)
+    prof.disable()
+    print(f"--- {m}: top functions by cumulative time")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(r"specdec", 25)

@@ -34,7 +34,8 @@ for turn in range(TURNS + 1):
         if turn:  # turn 0 warms
             seen[name].append(c.ttft_s)
 for name, v in seen.items():
-    print(f"{name}: median ttft {statistics.median(v):.2f} s ({LEN / statistics.median(v):.0f} tok/s)")
+    m = statistics.median(v)
+    print(f"{name}: median ttft {m:.2f} s ({LEN / m:.0f} tok/s)")
 
 ids = [(11 * i) % 30000 + 100 for i in range(LEN)]
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
