@@ -413,8 +413,7 @@ def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: boo
     if not layers or len(native.bf16_panel_layouts()) < 2:
         return False
     cache = cache or kernel_cache()
-    entry = {} if retune else stored_entries("bf16_panels", cache=cache)
-    if tuple(entry.get("layout", ())) not in native.bf16_panel_layouts():
+    if retune or not use_stored_bf16_panels(cache=cache):
         announce("timing the bf16 panel layouts", cache)
         swept, size = [], 0
         for layer in layers:
@@ -424,7 +423,7 @@ def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: boo
             size += layer.stored_bytes()
         entry = measure_bf16_panels(swept)
         store(cache, "bf16_panels", entry)
-    native.set_bf16_panel_layout(tuple(entry["layout"]))
+        native.set_bf16_panel_layout(tuple(entry["layout"]))
     dropped = False
     for layer in layers:
         panels = layer.formats.get("native_bf16")
