@@ -316,17 +316,18 @@ class CostModel:
         """A step's `seconds` drafting k tokens per row; `first_s` of them its first draft
         token's (None: the drafter does not say).
 
-        The second step timed replaces the first where faster, as a verify pass's first
-        timings keep the fastest (`observe_verify`): a drafter's first call pays one-off
-        setup. The int4 0.5B draft's first step took 48-63 ms, its next ones 22-27 (Xeon
-        AMX, stop 37): the first alone priced the draft at 1.34 plain steps a token, no
-        window could pay, and a cold `auto` never drafted again in the process
-        (`look_unsettled`: a second look where that happens)."""
+        The first FIRST_TIMINGS steps timed keep the fastest, as a verify pass's first
+        timings do (`observe_verify`): a drafter's first call pays one-off setup, and a
+        neighbour on a shared host only ever adds time. The int4 0.5B draft's first step
+        took 48-63 ms, its next ones 22-27 (Xeon AMX, stop 37): the first alone priced the
+        draft at 1.34 plain steps a token, no window could pay, and a cold `auto` never
+        drafted again in the process (`look_unsettled`: a second look where that
+        happens)."""
         if k <= 0:
             return
         seconds /= self.pace  # the tables hold seconds at pace 1
         first_s = None if first_s is None else first_s / self.pace
-        merge = _faster if self.drafts_timed == 1 else _blend
+        merge = _faster if self.drafts_timed < FIRST_TIMINGS else _blend
         self.drafts_timed += 1
         if first_s is None:
             self.draft_step_s[rows] = merge(self.draft_step_s.get(rows), seconds / k)
@@ -553,6 +554,11 @@ EXPLORE_SHARE = 0.1
 # process starts from it: 8 steps at batch 1 (the window remembers ~50), so a workload
 # unlike the last one outweighs it within a few steps of its own.
 WARM_ACCEPTANCE_WEIGHT = 8.0
+# A first look goes on at k = 1 until it has drafted this many rows at the first position
+# (a batch the caller waits for as a whole counts as one), for as long as the drafter may
+# still pay: its acceptance LOOK_Z standard errors above the estimate (`_look_may_pay`).
+LOOK_DRAWS = 8.0
+LOOK_Z = 1.0
 
 
 def startup_pays(
@@ -871,6 +877,8 @@ class AdaptiveWindow:
         # stands, so one early rejection at batch 1 (acceptance 0.8 measured as 1 of 2)
         # ended drafting for the rest of a chat request where k = 3 paid 1.07-1.26x.
         k = k if speedup > (1.0 if self._drafting else 1 + self.margin) else 0
+        if not k and self._drafting and self._reached[0] < LOOK_DRAWS and self._look_may_pay(rows):
+            return 1  # a look goes on while its few draws leave room for a drafter that pays
         if k:
             self._probe_gap = self.probe_every
         self._since_probe += 1
@@ -904,6 +912,29 @@ class AdaptiveWindow:
         ceiling = self.costs.best_window(rows, [1.0], reach)[1]
         self._probing = ceiling > 1 + self.margin
         return 1 if self._probing else 0
+
+    def _look_may_pay(self, rows: int) -> bool:
+        """Whether k = 1 pays by `margin` at the first position's acceptance LOOK_Z
+        standard errors above its estimate: what a look that has drafted fewer than
+        LOOK_DRAWS rows asks before it stops (`_choose`).
+
+        A look's first step is one draw where the caller waits for a batch as a whole, and
+        one timing of the draft step. At the sweep's bf16 256 x 4 point (the 0.5B int4
+        draft, Xeon AMX, stop 56) one look drafted on to 2.3 tokens a pass; the other
+        rejected its one draw while the host was slow (the draft step 33 ms against
+        25-28), priced every window at 1.00-1.06x, under the start margin, and stopped for
+        the rest of the run: a catch-up then had to be paid for every probe, so none was
+        taken, and `auto` read 0.93-0.96x plain. The first draws of a chat answer were
+        the worst of it: the other run's alpha went 0.46, 0.30, then 0.8 and more. Going on
+        while the bound pays costs at most a few k = 1 steps near break-even; the bound
+        shrinks with each draw, so a drafter that is poor stops within two or three (the
+        simulated floor cases, `test_adaptive_window.py`), and the draft step's first
+        FIRST_TIMINGS timings keep the fastest (`CostModel.observe_draft`)."""
+        reached, kept = self._reached[0], self._kept[0]
+        mean = (kept + 1) / (reached + 2)
+        upper = min(1.0, mean + LOOK_Z * (mean * (1 - mean) / (reached + 3)) ** 0.5)
+        speedup = predict_speedup(self.costs, rows, [upper], 1)
+        return speedup is not None and speedup > 1 + self.margin
 
     def observe(
         self,
