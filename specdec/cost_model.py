@@ -657,7 +657,10 @@ class AdaptiveWindow:
       step shows that speculation cannot pay; nothing wider is ever paid for.
     - Speculation only starts where a window is predicted to be `margin` faster than
       plain decoding, so noise does not make it hurt; while drafting, any window
-      predicted to pay is kept. Every `probe_every` steps it probes: while drafting, a
+      predicted to pay is kept, and while fewer than LOOK_DRAWS rows have been drafted,
+      k = 1 is kept wherever a drafter as good as the acceptance's upper bound would pay
+      (`_look_may_pay`): a look's first draws and timings are too few to end it. Every
+      `probe_every` steps it probes: while drafting, a
       window two longer than its choice and a plain step in turn (the plain step every
       window is priced against drifts on a shared host, and nothing else re-times it
       while drafting); k = 1 when speculation is off (twice as long a wait after each
