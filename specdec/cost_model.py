@@ -660,10 +660,10 @@ class AdaptiveWindow:
       predicted to pay is kept, and while fewer than LOOK_DRAWS rows have been drafted,
       k = 1 is kept wherever a drafter as good as the acceptance's upper bound would pay
       (`_look_may_pay`): a look's first draws and timings are too few to end it. Every
-      `probe_every` steps it probes: while drafting, a
-      window two longer than its choice and a plain step in turn (the plain step every
-      window is priced against drifts on a shared host, and nothing else re-times it
-      while drafting); k = 1 when speculation is off (twice as long a wait after each
+      `probe_every` steps it probes: while drafting, a window two longer than its choice
+      and a plain step in turn (the plain step every window is priced against drifts on
+      a shared host, and nothing else re-times it while drafting); k = 1 when
+      speculation is off (twice as long a wait after each
       probe that leaves it off, and none while even a drafter that is always right could
       not pay; a probe that needs a lazy draft's catch-up is priced as a look), so
       acceptance that recovers and costs that change are noticed without paying for long
