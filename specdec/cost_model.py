@@ -663,11 +663,10 @@ class AdaptiveWindow:
       `probe_every` steps it probes: while drafting, a window two longer than its choice
       and a plain step in turn (the plain step every window is priced against drifts on
       a shared host, and nothing else re-times it while drafting); k = 1 when
-      speculation is off (twice as long a wait after each
-      probe that leaves it off, and none while even a drafter that is always right could
-      not pay; a probe that needs a lazy draft's catch-up is priced as a look), so
-      acceptance that recovers and costs that change are noticed without paying for long
-      or frequent probes.
+      speculation is off (twice as long a wait after each probe that leaves it off, and
+      none while even a drafter that is always right could not pay; a probe that needs a
+      lazy draft's catch-up is priced as a look), so acceptance that recovers and costs
+      that change are noticed without paying for long or frequent probes.
     - A guard checks what speculation realised, whatever the model predicted: over each
       `guard_steps` speculative steps, the plain-decoding seconds of the tokens they
       emitted (tokens per row x the measured plain step) over the seconds they took. Below
