@@ -922,16 +922,16 @@ class AdaptiveWindow:
 
         A look's first step is one draw where the caller waits for a batch as a whole, and
         one timing of the draft step. At the sweep's bf16 256 x 4 point (the 0.5B int4
-        draft, Xeon AMX, stop 56) one look drafted on to 2.3 tokens a pass; the other
-        rejected its one draw while the host was slow (the draft step 33 ms against
-        25-28), priced every window at 1.00-1.06x, under the start margin, and stopped for
-        the rest of the run: a catch-up then had to be paid for every probe, so none was
-        taken, and `auto` read 0.93-0.96x plain. The first draws of a chat answer were
-        the worst of it: the other run's alpha went 0.46, 0.30, then 0.8 and more. Going on
-        while the bound pays costs at most a few k = 1 steps near break-even; the bound
-        shrinks with each draw, so a drafter that is poor stops within two or three (the
-        simulated floor cases, `test_adaptive_window.py`), and the draft step's first
-        FIRST_TIMINGS timings keep the fastest (`CostModel.observe_draft`)."""
+        draft, Xeon AMX, stop 56) two traced runs each rejected their look's one draw. One
+        drafted on, its acceptance reading 0.46, then 0.30, then past 0.8. The other had
+        timed its draft step while the host was slow (33 ms against 25-28), priced every
+        window under 1.0x and stopped; every later start needed a catch-up that was
+        refused, and `auto` read 0.93-0.96x plain (stop 57, going on: 1.03x, 2.4 tokens a
+        step). Going on while the bound pays costs at most a few k = 1 steps near
+        break-even; the bound shrinks with each draw, so a drafter that is poor stops
+        within two or three (the simulated floor cases, `test_adaptive_window.py`), and
+        the draft step's first FIRST_TIMINGS timings keep the fastest
+        (`CostModel.observe_draft`)."""
         reached, kept = self._reached[0], self._kept[0]
         mean = (kept + 1) / (reached + 2)
         upper = min(1.0, mean + LOOK_Z * (mean * (1 - mean) / (reached + 3)) ** 0.5)
