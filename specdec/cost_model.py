@@ -43,6 +43,14 @@ def _faster(old: float | None, new: float) -> float:
     return new if old is None else min(old, new)
 
 
+def _optimistic_rate(kept: float, reached: float, z: float) -> float:
+    """An acceptance rate from `kept` of `reached` draws, z standard errors above its
+    estimate (the posterior mean under a uniform prior): what one unlucky draw at batch 1
+    must not push down by itself (`AdaptiveWindow.alpha` and its prior, `_look_may_pay`)."""
+    mean = (kept + 1) / (reached + 2)
+    return min(1.0, mean + z * (mean * (1 - mean) / (reached + 3)) ** 0.5)
+
+
 def expected_tokens(alpha: list[float], k: int) -> float:
     """Mean tokens emitted by a step drafting k tokens (accepted prefix + 1)."""
     total, run = 1.0, 1.0
@@ -727,9 +735,7 @@ class AdaptiveWindow:
         batch 1 (a 9% event at acceptance 0.7) the plain estimate, 0.25, would switch
         speculation off for a whole probe interval; the optimistic one keeps trying k = 1
         until the evidence is firm. At batch 16 one step's 16 rows make the bonus small."""
-        reached, kept = sum(self._reached), sum(self._kept)
-        pooled = (kept + 1) / (reached + 2)
-        pooled = min(1.0, pooled + (pooled * (1 - pooled) / (reached + 3)) ** 0.5)
+        pooled = _optimistic_rate(sum(self._kept), sum(self._reached), 1.0)
         weight = self.prior_weight
         return [
             (kept + weight * pooled) / (reached + weight)
@@ -738,7 +744,7 @@ class AdaptiveWindow:
 
     def prior_alpha(self) -> list[float]:
         """`alpha`, or before anything was drafted the pooled prior it starts from."""
-        return self.alpha or [0.5 + (0.25 / 3) ** 0.5]
+        return self.alpha or [_optimistic_rate(0, 0, 1.0)]
 
     def acceptance_state(self, weight: float = WARM_ACCEPTANCE_WEIGHT) -> dict:
         """The decayed acceptance counts, scaled so the first position counts at most
@@ -932,9 +938,7 @@ class AdaptiveWindow:
         within two or three (the simulated floor cases, `test_adaptive_window.py`), and
         the draft step's first FIRST_TIMINGS timings keep the fastest
         (`CostModel.observe_draft`)."""
-        reached, kept = self._reached[0], self._kept[0]
-        mean = (kept + 1) / (reached + 2)
-        upper = min(1.0, mean + LOOK_Z * (mean * (1 - mean) / (reached + 3)) ** 0.5)
+        upper = _optimistic_rate(self._kept[0], self._reached[0], LOOK_Z)
         speedup = predict_speedup(self.costs, rows, [upper], 1)
         return speedup is not None and speedup > 1 + self.margin
 
