@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -291,6 +291,23 @@ class Engine:
     ) -> list[Completion]:
         """Generate for each prompt (token ids), `max_batch` sequences at a time: a row
         freed by a finished sequence is taken by the next waiting one at the next step."""
+        steps = self.generate_steps(prompts, params)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+
+    def generate_steps(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams],
+    ) -> Generator[None, None, list[Completion]]:
+        """`generate`, one scheduling step at a time: the requests are checked and queued
+        now; the generator runs a `step` per `next` and returns the completions. Lets a
+        caller take turns between engines step by step: the benchmark's `--interleave
+        steps` pairs two methods' steps a few tens of milliseconds apart, where their
+        whole runs would see different minutes of a shared host."""
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
         if len(params) != len(prompts):
@@ -298,10 +315,14 @@ class Engine:
         for ids, p in zip(prompts, params, strict=True):
             self.check_fits(ids, p)
         seqs = [self.add_request(ids, p) for ids, p in zip(prompts, params, strict=True)]
+        return self._run_job(seqs)
+
+    def _run_job(self, seqs: list[LiveSequence]) -> Generator[None, None, list[Completion]]:
         self._one_job = True
         try:
             while any(not s.finished for s in seqs):
                 self.step()
+                yield
         finally:
             self._one_job = False
         return [self.completion(s) for s in seqs]

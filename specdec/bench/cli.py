@@ -128,6 +128,14 @@ def add_parser(subparsers) -> None:
         help="our engines' prefix cache, in positions (default 4096, as `specdec generate`; "
         "0 = off). Each run starts with it empty, so only a run's own prompts share",
     )
+    p.add_argument(
+        "--interleave",
+        default="rounds",
+        choices=["rounds", "steps"],
+        help="how finely a point's methods take turns: a batch of requests each (rounds), "
+        "or our engines one step each (steps: a quieter ratio on a host whose speed drifts; "
+        "peers still take whole rounds)",
+    )
     p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
     p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
     p.add_argument(
@@ -212,6 +220,8 @@ def _run(args, leader: bool, tp) -> None:
         config["cuda_graphs"] = False
     if args.prefix_cache:  # folders measured before the prefix cache existed had none
         config["prefix_cache"] = args.prefix_cache
+    if args.interleave != "rounds":  # only then: folders measured before it still resume
+        config["interleave"] = args.interleave
     store = _open_store(out, config, tp)
     if args.merge and tp is not None:
         raise InvalidParameterError("--merge is for one process, not under --tp")
@@ -264,6 +274,8 @@ def _command(preset, args) -> str:
     words += ["--no-cuda-graphs"] if getattr(args, "no_cuda_graphs", False) else []
     cached = getattr(args, "prefix_cache", 4096)
     words += ["--prefix-cache", str(cached)] if cached != 4096 else []
+    interleave = getattr(args, "interleave", "rounds")
+    words += ["--interleave", interleave] if interleave != "rounds" else []
     words += ["--model", preset.model, "--draft", preset.draft, "--dtype", args.dtype]
     words += ["--device", args.device] if args.device != "cpu" else []
     words += ["--quant", args.quant] if args.quant != "none" else []
@@ -350,6 +362,7 @@ def _runner(preset, args) -> Runner:
         cuda_graphs=not args.no_cuda_graphs,
         vllm_python=args.vllm_python,
         prefix_cache_tokens=args.prefix_cache,
+        interleave=args.interleave,
     )
 
 

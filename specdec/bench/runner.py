@@ -13,7 +13,8 @@ engine (a fresh one per run), so a round is a batch of requests decoded together
 run's time is the sum of its rounds' wall clocks, and tokens/s is generated tokens over
 it, prefill included, as a user waiting for each batch sees it. With `repeats` > 1 the
 point runs that many times, in turns with its group's other methods (`measure_group`:
-round by round), and the median run is kept (every run's tokens/s is recorded, in run
+round by round, or with `interleave="steps"` our engines step by step), and the median
+run is kept (every run's tokens/s is recorded, in run
 order): on a shared CPU one run can be slowed several-fold by a neighbour. TPOT and TTFT
 are per request, from the engine's own `SpecStats` (peers report neither).
 
@@ -49,11 +50,16 @@ from specdec.doctor import arithmetic
 from specdec.drafters import EagleDrafter, NgramDrafter
 from specdec.drafters.speculator import SpeculatorDrafter
 from specdec.engine import Engine
-from specdec.errors import SpecdecError
+from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.llm import LLM, build_acceptor, build_window, tuned_layers
 from specdec.metrics import SpecStats
 from specdec.speculator.eagle import EagleHead
 from specdec.tokenization import encode_prompt
+
+# How finely a group's methods take turns: a round (one `generate` over a batch of the
+# point's prompts, peers' too) or, for our engines, one engine step (`Engine.generate_steps`;
+# peers still take whole rounds).
+INTERLEAVES = ("rounds", "steps")
 
 
 class Skip(Exception):
@@ -134,7 +140,13 @@ class Runner:
         cuda_graphs: bool = True,
         vllm_python: str | None = None,
         prefix_cache_tokens: int = 4096,
+        interleave: str = "rounds",
     ) -> None:
+        if interleave not in INTERLEAVES:
+            raise InvalidParameterError(
+                f"interleave must be one of {', '.join(INTERLEAVES)}, got {interleave!r}"
+            )
+        self.interleave = interleave
         self.model_name, self.draft_name = model, draft
         self.dtype, self.device, self.k_max = dtype, device, k_max
         self.max_tokens, self.prompts_per_point = max_tokens, prompts_per_point
@@ -265,6 +277,12 @@ class Runner:
         of the same turn. vLLM keeps one process per draft setting, so its points run on
         their own, back to back. Returns each point's row, or the error that kept it from
         being measured.
+
+        With `interleave="steps"` our engines take turns step by step (`_engine_runner`):
+        at batch 4 a round is a whole run, and at 1,024-token prompts on the int4 1.5B a
+        run lasts 30-60 s, in which this Xeon's CPU time for the same prefill varied
+        5.0-11.2 s (stop 57); one method's step is then tens of milliseconds from the
+        other's. A run's time is still the sum of its own steps' wall clocks.
 
         With a `turn_log`, each finished turn's runs are saved there, and the turns it
         already holds are taken instead of run again: a stopped group resumes at its next
@@ -501,7 +519,10 @@ class Runner:
             outs = []
             starts = range(0, len(prompts), b)
             for i in starts:
-                outs += engine.generate(prompts[i : i + b], params[i : i + b])
+                if self.interleave == "steps":  # a turn is one engine step
+                    outs += yield from engine.generate_steps(prompts[i : i + b], params[i : i + b])
+                else:
+                    outs += engine.generate(prompts[i : i + b], params[i : i + b])
                 if i == starts[-1]:
                     result = self._engine_done(point, engine, outs)
                     # Freed inside the run's own last round, before another method's run

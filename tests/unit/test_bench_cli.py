@@ -307,3 +307,41 @@ def test_a_script_gets_the_runner_the_bench_measures_with(model_dir, bench_out):
         assert [o.token_ids for o in outs] == plain["token_ids"]
     finally:
         runner.close()
+
+
+def test_interleave_steps_takes_turns_step_by_step(model_dir, tmp_path, monkeypatch):
+    """With `--interleave steps` our engines' runs take turns one engine step at a time
+    (here a run is a single round, which `rounds` would run whole), give the same tokens,
+    and the folder and its command say how they were interleaved."""
+    from specdec.engine import Engine
+
+    methods_of = {}  # id(engine) -> method
+    original = bench_runner.Runner._engine
+
+    def recording(self, point):
+        engine = original(self, point)
+        methods_of[id(engine)] = point.method
+        return engine
+
+    stepped = []
+    step = Engine.step
+
+    def logging_step(self):
+        stepped.append(methods_of.get(id(self)))
+        return step(self)
+
+    monkeypatch.setattr(bench_runner.Runner, "_engine", recording)
+    monkeypatch.setattr(Engine, "step", logging_step)
+    out = tmp_path / "out"
+    args = ["--batches", "2", "--temperatures", "0", "--workloads", "code", "--repeats", "2"]
+    methods = ["--methods", "plain,draft-auto,ngram-auto", "--interleave", "steps"]
+    assert _bench(model_dir, out, *args, *methods) == 0
+    timed = [m for m in stepped if m is not None][-30:]  # past the warm-up runs
+    switches = sum(a != b for a, b in zip(timed[:-1], timed[1:], strict=True))
+    assert switches >= len(timed) // 2  # whole runs in turn would switch twice a turn
+    data = json.loads((out / "results.json").read_text())
+    assert data["config"]["interleave"] == "steps"
+    rows = [r for r in data["rows"] if r["status"] == "ok"]
+    assert len(rows) == 3 and all(r["same_output_as_plain"] == 1.0 for r in rows[1:])
+    assert all(len(r["runs_tokens_per_s"]) == 2 for r in rows)
+    assert "--interleave steps" in (out / "summary.md").read_text()

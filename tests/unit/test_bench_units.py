@@ -518,7 +518,7 @@ def test_a_run_frees_its_engine_before_the_next_run_starts(monkeypatch):
     runner = object.__new__(bench_runner.Runner)
     config = SimpleNamespace(max_position_embeddings=4096)
     runner.llm = SimpleNamespace(model=SimpleNamespace(config=config))
-    runner.max_tokens, runner.k_max = 8, 4
+    runner.max_tokens, runner.k_max, runner.interleave = 8, 4, "rounds"
     point = Point("code", None, 2, 0.0, "plain")
     _, rounds = runner._engine_runner(point, [[5, 6]] * 4, [None] * 4)
     run = rounds()

@@ -75,3 +75,43 @@ def test_context_errors(engine):
         engine.generate([[]], SamplingParams())
     with pytest.raises(InvalidParameterError, match="one per prompt"):
         engine.generate([PROMPT, PROMPT], [SamplingParams()])
+
+
+def test_generate_steps_runs_one_step_per_next_and_returns_generate_s_completions(
+    hf_and_native, tokenizer
+):
+    """`generate_steps` is `generate` a step at a time (the bench takes turns between
+    engines so): the same tokens, one `step` per `next`, requests checked when it is
+    called; and two engines stepped in turn do not disturb each other."""
+    prompts = [PROMPT, [4, 4], [9, 8, 7, 6]]
+    params = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    whole = Engine(hf_and_native[1], tokenizer, eos_ids=frozenset(), max_batch=2)
+    expected = [c.token_ids for c in whole.generate(prompts, params)]
+    a, b = (Engine(hf_and_native[1], tokenizer, eos_ids=frozenset(), max_batch=2) for _ in "ab")
+    counted = []
+    step = Engine.step
+
+    def counting(self):
+        counted.append(self)
+        return step(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Engine, "step", counting)
+        runs = {a: a.generate_steps(prompts, params), b: b.generate_steps(prompts[::-1], params)}
+        assert not counted and len(a.waiting) == 3  # queued at the call, no step run yet
+        nexts, done = 0, {}
+        while len(done) < 2:
+            for engine, run in runs.items():
+                if engine in done:
+                    continue
+                try:
+                    next(run)
+                    nexts += 1
+                except StopIteration as end:
+                    done[engine] = end.value
+    assert len(counted) == nexts and counted[:4] == [a, b, a, b]  # a step per next, in turn
+    assert [c.token_ids for c in done[a]] == expected
+    assert [c.token_ids for c in done[b]] == expected[::-1]
+    assert not a._one_job and not b._one_job
+    with pytest.raises(ContextLengthError):  # checked at the call, not at the first next
+        a.generate_steps([[5] * a.context_length], SamplingParams(max_tokens=1))
