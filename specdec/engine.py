@@ -84,7 +84,7 @@ class LiveSequence:
     generator: torch.Generator
     stop: StopChecker
     request_id: str | None = None
-    arrived_at: float = field(default_factory=time.perf_counter)
+    arrived_at: float = field(default_factory=lambda: time.perf_counter())  # the clock of now
     output_ids: list[int] = field(default_factory=list)
     stats: SpecStats = field(default_factory=lambda: SpecStats(requests=1))
     finish_reason: str | None = None
@@ -307,7 +307,9 @@ class Engine:
         now; the generator runs a `step` per `next` and returns the completions. Lets a
         caller take turns between engines step by step: the benchmark's `--interleave
         steps` pairs two methods' steps a few tens of milliseconds apart, where their
-        whole runs would see different minutes of a shared host."""
+        whole runs would see different minutes of a shared host. The requests' times
+        (TTFT, elapsed) count this engine's steps only, not the caller's time between
+        `next`s."""
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
         if len(params) != len(prompts):
@@ -315,14 +317,19 @@ class Engine:
         for ids, p in zip(prompts, params, strict=True):
             self.check_fits(ids, p)
         seqs = [self.add_request(ids, p) for ids, p in zip(prompts, params, strict=True)]
-        return self._run_job(seqs)
+        return self._run_job(seqs, time.perf_counter())
 
-    def _run_job(self, seqs: list[LiveSequence]) -> Generator[None, None, list[Completion]]:
+    def _run_job(
+        self, seqs: list[LiveSequence], queued_at: float
+    ) -> Generator[None, None, list[Completion]]:
+        _postpone(seqs, time.perf_counter() - queued_at)  # the caller's, before the first next
         self._one_job = True
         try:
             while any(not s.finished for s in seqs):
                 self.step()
+                away = time.perf_counter()
                 yield
+                _postpone([s for s in seqs if not s.finished], time.perf_counter() - away)
         finally:
             self._one_job = False
         return [self.completion(s) for s in seqs]
@@ -697,6 +704,15 @@ class Engine:
 # on the logits in their place.
 _ARGMAX_WHEN_GREEDY = (RejectionSampler, GreedyAcceptor)
 _GREEDY = GreedyAcceptor()
+
+
+def _postpone(seqs: list[LiveSequence], seconds: float) -> None:
+    """Move the requests' clocks on by `seconds` their engine did not run (a caller's time
+    between `generate_steps`' nexts), so that their TTFT and elapsed time are its own."""
+    for seq in seqs:
+        seq.arrived_at += seconds
+        if seq.first_token_at is not None:
+            seq.first_token_at += seconds
 
 
 def _trimmed(draft: Draft) -> Draft:

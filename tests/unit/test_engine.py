@@ -1,7 +1,11 @@
 """Plain decoding behaviour: stopping rules, seeds, batching, context checks."""
 
+import time
+from types import SimpleNamespace
+
 import pytest
 
+from specdec import engine as engine_module
 from specdec.config import SamplingParams
 from specdec.engine import Engine
 from specdec.errors import ContextLengthError, InvalidParameterError
@@ -95,8 +99,12 @@ def test_generate_steps_runs_one_step_per_next_and_returns_generate_s_completion
         counted.append(self)
         return step(self)
 
+    # The caller's time between nexts: an hour on the engine module's clock each time.
+    away = [0.0]
+    clock = SimpleNamespace(perf_counter=lambda: time.perf_counter() + away[0])
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Engine, "step", counting)
+        mp.setattr(engine_module, "time", clock)
         runs = {a: a.generate_steps(prompts, params), b: b.generate_steps(prompts[::-1], params)}
         assert not counted and len(a.waiting) == 3  # queued at the call, no step run yet
         nexts, done = 0, {}
@@ -109,7 +117,11 @@ def test_generate_steps_runs_one_step_per_next_and_returns_generate_s_completion
                     nexts += 1
                 except StopIteration as end:
                     done[engine] = end.value
+                away[0] += 3600.0
     assert len(counted) == nexts and counted[:4] == [a, b, a, b]  # a step per next, in turn
+    assert nexts > 4 and away[0] > 3600 * nexts
+    for completion in done[a] + done[b]:  # the requests' times are their engine's own
+        assert 0 < completion.ttft_s <= completion.elapsed_s < 3600
     assert [c.token_ids for c in done[a]] == expected
     assert [c.token_ids for c in done[b]] == expected[::-1]
     assert not a._one_job and not b._one_job
