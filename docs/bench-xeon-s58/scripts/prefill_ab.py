@@ -4,6 +4,7 @@ run the same target prefill. Here each method's engine, as the bench builds it, 
 prompt to its first token (max_tokens = 1) in turns that rotate the methods' order, the
 same prompt within a turn; per run: the whole call, the cache and drafter set-up
 (`_ensure_cache`), the target's prefill (`_prefill`), kernel CPU time and page faults.
+`plain+drafter` is plain holding the drafter draft-auto builds (its caches), unused.
 `plain-h10` is plain with auto's cache headroom (k_max + 2 = 10 positions past a row's
 end, plain's own is 2): at bf16 1024 x 4 plain's TTFT read above both autos' in stops
 57-58 for the same prefill.
@@ -40,7 +41,10 @@ runner = Runner(
     quant=QUANT,
     draft_quant="int4",
 )
-points = {m: Point("synthetic", LEN, BATCH, 0.0, m.removesuffix("-h10")) for m in METHODS}
+points = {
+    m: Point("synthetic", LEN, BATCH, 0.0, m.removesuffix("-h10").removesuffix("+drafter"))
+    for m in METHODS
+}
 prompts = runner.prompts(points["plain"])
 
 
@@ -48,6 +52,15 @@ def engine_for(method: str) -> Engine:
     engine = runner._engine(points[method])
     if method.endswith("-h10"):
         engine.headroom = 10
+    if method == "plain+drafter":  # plain, holding the drafter draft-auto builds, unused
+        ensure = engine._ensure_cache
+
+        def with_drafter() -> None:
+            ensure()
+            cache = engine._cache
+            engine.idle_drafter = runner.llm.engine.drafter_factory(cache.max_batch, cache.max_len)
+
+        engine._ensure_cache = with_drafter
     return engine
 
 
