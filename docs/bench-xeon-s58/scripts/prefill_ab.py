@@ -8,7 +8,9 @@ same prompt within a turn; per run: the whole call, the cache and drafter set-up
 `plain-h10` is plain with auto's cache headroom (k_max + 2 = 10 positions past a row's
 end, plain's own is 2): at bf16 1024 x 4 plain's TTFT read above both autos' in stops
 57-58 for the same prefill.
-Usage: python prefill_ab.py [turns] [len] [batch] [quant] [methods, comma-separated]"""
+`max tokens` past 1 takes the drafter's admission (and that many - 1 decode steps) in.
+Usage: python prefill_ab.py [turns] [len] [batch] [quant] [methods, comma-separated]
+[max tokens]"""
 
 import resource
 import statistics
@@ -81,7 +83,8 @@ def timing(name, method):
 Engine._prefill = timing("prefill", Engine._prefill)
 Engine._ensure_cache = timing("ensure", Engine._ensure_cache)
 seen = {m: [] for m in METHODS}
-sampling = SamplingParams(temperature=0.0, max_tokens=1, seed=0)
+NEW = int(sys.argv[6]) if len(sys.argv) > 6 else 1
+sampling = SamplingParams(temperature=0.0, max_tokens=NEW, seed=0)
 for m in METHODS:  # warm-up: short prompts, every method's shapes once
     engine_for(m).generate([p[:64] for p in prompts[:BATCH]], [sampling] * BATCH)
 for turn in range(TURNS):
