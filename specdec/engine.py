@@ -84,7 +84,8 @@ class LiveSequence:
     generator: torch.Generator
     stop: StopChecker
     request_id: str | None = None
-    arrived_at: float = field(default_factory=lambda: time.perf_counter())  # the clock of now
+    # The clock looked up at each call, not bound at import: a test may patch it.
+    arrived_at: float = field(default_factory=lambda: time.perf_counter())
     output_ids: list[int] = field(default_factory=list)
     stats: SpecStats = field(default_factory=lambda: SpecStats(requests=1))
     finish_reason: str | None = None
