@@ -323,14 +323,14 @@ class Engine:
     def _run_job(
         self, seqs: list[LiveSequence], queued_at: float
     ) -> Generator[None, None, list[Completion]]:
-        _postpone(seqs, time.perf_counter() - queued_at)  # the caller's, before the first next
         self._one_job = True
+        away = queued_at  # the caller's time runs from the call to the first next
         try:
             while any(not s.finished for s in seqs):
+                _postpone([s for s in seqs if not s.finished], time.perf_counter() - away)
                 self.step()
                 away = time.perf_counter()
                 yield
-                _postpone([s for s in seqs if not s.finished], time.perf_counter() - away)
         finally:
             self._one_job = False
         return [self.completion(s) for s in seqs]
