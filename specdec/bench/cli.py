@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from specdec.bench.plan import PRESETS, Point, build_points, is_peer, override, vllm_draft_k
+from specdec.bench.plan import (
+    INTERLEAVES,
+    PRESETS,
+    Point,
+    build_points,
+    is_peer,
+    override,
+    vllm_draft_k,
+)
 from specdec.bench.results import ResultStore
 from specdec.errors import InvalidParameterError, SpecdecError
 
@@ -131,7 +139,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--interleave",
         default="rounds",
-        choices=["rounds", "steps"],
+        choices=INTERLEAVES,
         help="how finely a point's methods take turns: a batch of requests each (rounds), "
         "or our engines one step each (steps: a quieter ratio on a host whose speed drifts; "
         "peers still take whole rounds)",

@@ -15,6 +15,11 @@ from dataclasses import dataclass, replace
 
 from specdec.errors import InvalidParameterError
 
+# How finely a group's methods take turns (`specdec bench --interleave`): a round (one
+# `generate` over a batch of the point's prompts, peers' too) or, for our engines, one
+# engine step (`Engine.generate_steps`; peers still take whole rounds).
+INTERLEAVES = ("rounds", "steps")
+
 WORKLOADS = ("code", "sharegpt", "synthetic")
 # Methods whose prompt length comes from the prompts themselves; synthetic prompts are cut
 # to each --prompt-lens value.

@@ -41,7 +41,7 @@ import torch
 
 from specdec.bench import peers, workloads
 from specdec.bench.costs import measure_costs
-from specdec.bench.plan import Point, is_peer, vllm_draft_k
+from specdec.bench.plan import INTERLEAVES, Point, is_peer, vllm_draft_k
 from specdec.bench.turn_log import TurnLog, Turns
 from specdec.config import SamplingParams
 from specdec.cost_model import CostModel
@@ -55,11 +55,6 @@ from specdec.llm import LLM, build_acceptor, build_window, tuned_layers
 from specdec.metrics import SpecStats
 from specdec.speculator.eagle import EagleHead
 from specdec.tokenization import encode_prompt
-
-# How finely a group's methods take turns: a round (one `generate` over a batch of the
-# point's prompts, peers' too) or, for our engines, one engine step (`Engine.generate_steps`;
-# peers still take whole rounds).
-INTERLEAVES = ("rounds", "steps")
 
 
 class Skip(Exception):
