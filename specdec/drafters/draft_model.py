@@ -29,6 +29,7 @@ from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
 from specdec.drafters.draft_vocab import ContextIds
 from specdec.errors import TokenizerMismatchError
+from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
 from specdec.models.static_pass import StaticPasses, use_static_passes
 from specdec.models.transformer import Transformer, right_pad
@@ -66,13 +67,14 @@ class DraftModelDrafter(DrafterBase):
         context_rows=None,
     ) -> None:
         self.model = model
-        self.cache = model.new_cache(max_batch, max_len)
-        # The draft steps' forward: at most two new tokens per row (the pending ones).
-        # Static (graphs) by default on CUDA only, as the Engine's (`use_static_passes`).
-        static, graphs = use_static_passes(model.device, static_passes, cuda_graphs)
-        self._forward = (
-            StaticPasses(model, self.cache, max_batch, 2, graphs=graphs) if static else model
-        )
+        # The KV cache and the draft steps' forward (at most two new tokens per row, the
+        # pending ones; static, as graphs, by default on CUDA only, as the Engine's) are
+        # built by the first step that drafts (`cache`): a run that never speculates
+        # allocates what plain decoding does.
+        self.max_batch, self.max_len = max_batch, max_len
+        self._static = use_static_passes(model.device, static_passes, cuda_graphs)
+        self._cache: KVCache | None = None
+        self._forward = model
         # Ids past the tokenizer's are padding rows of an embedding matrix: never draft them,
         # and give q the target's width so p and q line up.
         self.usable_vocab = min(tokenizer_size, model.config.vocab_size, target_vocab_size)
@@ -103,6 +105,27 @@ class DraftModelDrafter(DrafterBase):
         self.last_first_s: float | None = None
         self.prefix_cache: PrefixCache | None = None
 
+    @property
+    def cache(self) -> KVCache:
+        """The draft's KV cache, allocated at first use. Why lazily: at int4 4 x 256 the
+        bench read draft-auto's prefill (the same target call as plain's) 5-13% slower
+        in most turns while the drafter held its cache unused (stops 57-59)."""
+        if self._cache is None:
+            # Normal tensors, as when built with the drafter: the first step that drafts
+            # runs in inference mode, whose tensors refuse the writes of a `commit` outside.
+            with torch.inference_mode(False):
+                self._cache = self.model.new_cache(self.max_batch, self.max_len)
+            static, graphs = self._static
+            if static:
+                self._forward = StaticPasses(
+                    self.model, self._cache, self.max_batch, 2, graphs=graphs
+                )
+        return self._cache
+
+    def _cached(self, row: int) -> int:
+        """Positions of `row` in the draft's cache (0 before the cache exists)."""
+        return 0 if self._cache is None else int(self._cache.lengths[row])
+
     def use_prefix_cache(self, store: PrefixCache) -> None:
         self.prefix_cache = store
 
@@ -128,7 +151,7 @@ class DraftModelDrafter(DrafterBase):
 
     def _reusable(self, row: int) -> int:
         """Pending positions of an empty row the prefix store holds (never the last one)."""
-        if self.prefix_cache is None or int(self.cache.lengths[row]) != 0:
+        if self.prefix_cache is None or self._cached(row) != 0:
             return 0
         return self.prefix_cache.match(self.pending[row][:-1])
 
@@ -172,13 +195,14 @@ class DraftModelDrafter(DrafterBase):
         self.last_first_s = None
         if k == 0:  # speculation is off this step: feed nothing, let pending grow
             return Draft.empty(B, device)
+        cache = self.cache  # allocated at the first step that drafts, before its timing
         self._catch_up()
         started = time.perf_counter()
-        self._start = self.cache.lengths[:B].clone()
+        self._start = cache.lengths[:B].clone()
         tokens, fed = right_pad(self.pending, device)
         temps = param_tensors(params, device)
         greedy = [p.greedy for p in params]
-        out = self._forward(tokens, self.cache, num_new=fed, logits_at=(fed - 1)[:, None])
+        out = self._forward(tokens, cache, num_new=fed, logits_at=(fed - 1)[:, None])
         logits = self._logits(out, fed - 1)
         drafted, qs = [], []
         for i in range(k):
@@ -191,7 +215,7 @@ class DraftModelDrafter(DrafterBase):
             if i == 0:
                 self.last_first_s = time.perf_counter() - started
             if i < k - 1:
-                logits = self._logits(self._forward(drafted[-1][:, None], self.cache))
+                logits = self._logits(self._forward(drafted[-1][:, None], cache))
         self._draft = torch.stack(drafted, 1)  # [B, k]
         probs = torch.stack(qs, 1) if qs else None  # [B, k, V_target]
         return Draft(self._draft, probs, torch.full((B,), k, dtype=torch.long))
@@ -250,14 +274,16 @@ class DraftModelDrafter(DrafterBase):
                 self.context.add(row, self._draft[row, :n].tolist() + [nxt])
 
     def move_row(self, src: int, dst: int) -> None:
-        self.cache.move_row(src, dst)
+        if self._cache is not None:
+            self._cache.move_row(src, dst)
         self.pending[dst] = self.pending[src]
         if self.context is not None:
             self.context.move_row(src, dst)
         self.reset_row(src)
 
     def reset_row(self, row: int) -> None:
-        self.cache.reset_row(row)
+        if self._cache is not None:
+            self._cache.reset_row(row)
         if self.context is not None:
             self.context.reset_row(row)
         if row == self.rows - 1:

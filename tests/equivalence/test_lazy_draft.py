@@ -53,13 +53,13 @@ class Tracked(DraftModelDrafter):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.fed: list[list[int]] = [[] for _ in range(self.cache.max_batch)]
+        self.fed: list[list[int]] = [[] for _ in range(self.max_batch)]
         self.calls: list[tuple[int, list[int]]] = []
         self.handle = self.model.register_forward_pre_hook(self._record, with_kwargs=True)
 
     def _record(self, module, args, kwargs) -> None:
         tokens = args[0]
-        if args[1] is not self.cache:  # a self-draft: the target's own passes
+        if args[1] is not self._cache:  # a self-draft: the target's own passes
             return
         B, T = tokens.shape
         num_new = kwargs.get("num_new")
@@ -72,7 +72,7 @@ class Tracked(DraftModelDrafter):
     def sync(self) -> None:
         """Drop what the cache rolled back (rejected drafts)."""
         for row, fed in enumerate(self.fed):
-            del fed[int(self.cache.lengths[row]) :]
+            del fed[self._cached(row) :]
 
     def move_row(self, src, dst) -> None:
         moved = self.fed[src]
@@ -166,15 +166,17 @@ def test_self_draft_is_always_right_after_switching(setup, tokenizer):
 
 
 def test_a_window_that_stays_at_zero_never_runs_the_draft(setup, tokenizer):
+    """Nor allocates its cache: a draft that never drafts holds what plain decoding does."""
     target, params, refs = setup
     draft = native_from_hf(hf_tiny("qwen2", seed=1, num_hidden_layers=1))
     calls = []
     handle = draft.register_forward_pre_hook(lambda *a: calls.append(1))
     for max_batch in (2, 8):
-        engine, _ = _engine(target, tokenizer, draft, FixedWindow(0), max_batch)
+        engine, drafters = _engine(target, tokenizer, draft, FixedWindow(0), max_batch)
         seqs = [engine.add_request(p, q) for p, q in zip(PROMPTS, params, strict=True)]
         while engine.has_work:
             engine.step()
+            assert all(d._cache is None for d in drafters)
         assert [s.output_ids for s in seqs] == refs
     handle.remove()
     assert calls == []
