@@ -431,7 +431,7 @@ class Engine:
                 self._drafter.use_prefix_cache(self.draft_prefix_cache)
             # A draft model's catch-up is priced from the target's prefill until timed, its
             # steps and the first verify passes from the kernel plans' timings.
-            draft = getattr(self._drafter, "model", None)
+            draft = self._drafter.model
             self.window.set_draft_ratio(relative_cost(draft, self.model))
             self.window.set_plan_seconds(projection_seconds(self.model), projection_seconds(draft))
 
@@ -457,9 +457,9 @@ class Engine:
         )
         if drafter is not None and not cap.any():
             k = 0  # no row can use a draft: a plain step, and the window's plan untouched
-        elif drafter is not None and hasattr(drafter, "catch_up_tokens"):
+        elif drafter is not None:
             # A lazy draft model must first catch up on rows it has not seen: the window
-            # only starts if the rows' remaining tokens repay that.
+            # only starts if the rows' remaining tokens repay that (0 for other drafters).
             catch_up = drafter.catch_up_tokens()
             k = self.window.choose(B, catch_up=catch_up, remaining=max(remaining))
         else:
@@ -473,7 +473,7 @@ class Engine:
             draft = Draft.empty(B, device)
         else:  # at k = 0 a drafter proposes nothing but may keep its state in step
             draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
-            caught_up, catch_up_s = getattr(drafter, "last_catch_up", (0, 0.0))
+            caught_up, catch_up_s = drafter.last_catch_up
             if caught_up:  # a one-off: not the cost of a draft step
                 self.window.observe_catch_up(caught_up, catch_up_s)
             if isinstance(draft, TreeDraft):
@@ -527,7 +527,7 @@ class Engine:
             seq.trace.append((drafted, min(n, out), out))
         draft_s = t1 - t0 - catch_up_s - (captures[1] - captures[0])
         verify_s = now - t1 - (captures[2] - captures[1])
-        first_s = getattr(drafter, "last_first_s", None) if k else None
+        first_s = drafter.last_first_s if k else None  # k > 0 only with a drafter
         judged = self._judged_rows(remaining)
         progress = self._progress(live, remaining, 1 + int(accepted.max()))
         asked = torch.clamp(cap, max=k) if isinstance(draft, Draft) else draft.lengths

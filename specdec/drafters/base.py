@@ -28,6 +28,14 @@ has a history of committed tokens whose last token is not yet in any KV cache.
 - `use_prefix_cache(store: PrefixCache)`: a drafter with its own KV cache may reuse
   stored keys and values of sequences it has seen (`specdec.models.prefix_cache`); the
   engine hands it one store that outlives the drafter. `DrafterBase` ignores it.
+- What `auto` prices a drafter by, each with `DrafterBase`'s default for a drafter that has
+  no such cost: `catch_up_tokens()` (0), the tokens a step with k > 0 must feed before it
+  drafts (a lazy draft model's rows not caught up; the window starts only when the rows'
+  remaining tokens repay them); `last_catch_up` ((0, 0.0)), the (tokens, seconds) of the
+  latest step's catch-up pass, a one-off taken out of the step's draft time;
+  `last_first_s` (None), the seconds of the latest step's first draft token when they
+  differ from the later ones'; `model` (None), the draft network whose bytes a step reads
+  (priced against the target's).
 """
 
 from __future__ import annotations
@@ -65,6 +73,12 @@ class Drafter(Protocol):
 
     def use_prefix_cache(self, store: PrefixCache) -> None: ...
 
+    def catch_up_tokens(self) -> int: ...
+
+    last_catch_up: tuple[int, float]
+    last_first_s: float | None
+    model: torch.nn.Module | None
+
 
 @dataclass(frozen=True)
 class PassStates:
@@ -93,6 +107,16 @@ class PassStates:
 
 class DrafterBase:
     """Do-nothing defaults for the drafter contract's optional powers."""
+
+    # Most drafters have no catch-up pass, no first draft token dearer than the others and
+    # no network of their own to price (class attributes: instances that have set their own).
+    last_catch_up: tuple[int, float] = (0, 0.0)
+    last_first_s: float | None = None
+    model: torch.nn.Module | None = None
+
+    def catch_up_tokens(self) -> int:
+        """Most drafters draft at once: nothing to feed before a step with k > 0."""
+        return 0
 
     def observe_pass(self, states: PassStates) -> None:
         """Most drafters ignore the target's states."""
