@@ -109,7 +109,8 @@ class DrafterBase:
     """Do-nothing defaults for the drafter contract's optional powers."""
 
     # Most drafters have no catch-up pass, no first draft token dearer than the others and
-    # no network of their own to price (class attributes: instances that have set their own).
+    # no network of their own to price. Class attributes: a drafter that has these sets
+    # its own on the instance.
     last_catch_up: tuple[int, float] = (0, 0.0)
     last_first_s: float | None = None
     model: torch.nn.Module | None = None
