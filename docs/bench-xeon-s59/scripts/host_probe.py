@@ -40,7 +40,8 @@ while time.perf_counter() - start < SECONDS:
     )
     for xs, x in zip(series.values(), readings, strict=True):
         xs.append(x)
-    print(f"{time.perf_counter() - start:6.1f} s " + " ".join(f"{x:8.1f}" for x in readings), flush=True)
+    line = " ".join(f"{x:8.1f}" for x in readings)
+    print(f"{time.perf_counter() - start:6.1f} s {line}", flush=True)
     time.sleep(0.5)
 for name, xs in series.items():
     print(f"{name}: median {statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]")

@@ -26,14 +26,16 @@ for name, (n_out, n_in) in SHAPES.items():
         "linear": lambda x, w=w: F.linear(x, w),
         "mv_mm": lambda x, w=w: torch.mm(w, x.t()).t(),
         "mv_mm+contig": lambda x, w=w: torch.mm(w, x.t()).t().contiguous(),
-        "onednn": lambda x, p=packed: torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], ""),
+        "onednn": lambda x, p=packed: torch.ops.mkldnn._linear_pointwise(
+            x, p, None, "none", [], ""
+        ),
     }
     for rows in (256, 1024):
         x = torch.randn(rows, n_in, dtype=torch.bfloat16)
         times = {k: [] for k in kernels}
         names = list(kernels)
         for r in range(ROUNDS):
-            order = names[r % len(names):] + names[: r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for k in order:
                 kernels[k](x)
                 t0 = time.perf_counter()
@@ -42,4 +44,5 @@ for name, (n_out, n_in) in SHAPES.items():
                 times[k].append((time.perf_counter() - t0) / 3 * 1e3)
         meds = {k: statistics.median(v) for k, v in times.items()}
         best = min(meds.values())
-        print(f"{name} x {rows} rows: " + ", ".join(f"{k} {v:.2f} ms ({v / best:.2f})" for k, v in meds.items()), flush=True)
+        line = ", ".join(f"{k} {v:.2f} ms ({v / best:.2f})" for k, v in meds.items())
+        print(f"{name} x {rows} rows: {line}", flush=True)

@@ -67,6 +67,5 @@ refs = [(r["ref_before"] + r["ref_after"]) / 2 for r in rows]
 print(f"wall median {statistics.median(walls):.2f} [{min(walls):.2f}-{max(walls):.2f}]")
 print(f"reference GFLOP/s median {statistics.median(refs):.0f} [{min(refs):.0f}-{max(refs):.0f}]")
 if len(rows) > 2:
-    print(
-        f"correlation of wall and 1/reference: {statistics.correlation(walls, [1 / r for r in refs]):.2f}"
-    )
+    r = statistics.correlation(walls, [1 / ref for ref in refs])
+    print(f"correlation of wall and 1/reference: {r:.2f}")
