@@ -105,6 +105,15 @@ def _model_args(p) -> None:
         "the same way (a system turn, an earlier turn) prefills only the rest (default 4096; "
         "0 = off)",
     )
+    p.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="prefill long prompts in passes of at most this many positions per request "
+        "(default: one pass): bounds a pass's memory, as the attention of a long prompt "
+        "grows with its square",
+    )
 
 
 def _generate_args(sub) -> None:
@@ -368,6 +377,7 @@ def _load(args, **engine_args):
         cuda_graphs=not args.no_cuda_graphs,
         fused_layers=not args.no_fused_layers,
         prefix_cache_tokens=args.prefix_cache,
+        prefill_chunk=args.prefill_chunk,
         **engine_args,
     )
 

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import torch
 
@@ -161,9 +162,17 @@ class Engine:
         static_passes: bool | None = None,
         cuda_graphs: bool | None = None,
         prefix_cache_tokens: int = 0,
+        prefill_chunk: int | None = None,
     ) -> None:
         if max_batch < 1:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
+        if prefill_chunk is not None and prefill_chunk < 1:
+            raise InvalidParameterError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        # Positions per row in one prefill pass (None: a prompt in one pass). Longer prompts
+        # are prefilled in passes over the growing cache: what one pass holds (activations,
+        # its [T, span] attention mask) stays bounded, and `generate_steps` yields between
+        # passes, so the benchmark's engines take turns inside a long prefill too.
+        self.prefill_chunk = prefill_chunk
         self.model = model
         self.tokenizer = tokenizer
         self.eos_ids = eos_ids
@@ -292,12 +301,7 @@ class Engine:
     ) -> list[Completion]:
         """Generate for each prompt (token ids), `max_batch` sequences at a time: a row
         freed by a finished sequence is taken by the next waiting one at the next step."""
-        steps = self.generate_steps(prompts, params)
-        while True:
-            try:
-                next(steps)
-            except StopIteration as done:
-                return done.value
+        return _drained(self.generate_steps(prompts, params))
 
     def generate_steps(
         self,
@@ -310,7 +314,7 @@ class Engine:
         steps` pairs two methods' steps a few tens of milliseconds apart, where their
         whole runs would see different minutes of a shared host. The requests' times
         (TTFT, elapsed) count this engine's steps only, not the caller's time between
-        `next`s."""
+        `next`s. With `prefill_chunk` a long admission also yields between its passes."""
         if isinstance(params, SamplingParams):
             params = [params] * len(prompts)
         if len(params) != len(prompts):
@@ -328,7 +332,8 @@ class Engine:
         try:
             while any(not s.finished for s in seqs):
                 _postpone([s for s in seqs if not s.finished], time.perf_counter() - away)
-                self.step()
+                yield from self._admit_steps()  # admit, a turn between prefill passes
+                self.decode()
                 away = time.perf_counter()
                 yield
         finally:
@@ -340,14 +345,18 @@ class Engine:
         tokens or finished in this step."""
         return list(dict.fromkeys(self.admit() + self.decode()))
 
-    @torch.inference_mode()
     def admit(self) -> list[LiveSequence]:
         """Free the rows of aborted sequences and admit waiting requests, prefilling them
         together (each gets its first token). A server streams those first tokens before
         the next `decode`, so time to first token is one prefill, not prefill + step."""
+        return _drained(self._admit_steps())
+
+    @torch.inference_mode()  # on a generator: inside each resume only, not between them
+    def _admit_steps(self) -> Generator[None, None, list[LiveSequence]]:
+        """`admit`, yielding between the passes of a chunked prefill."""
         touched = [s for s in self.live if s.finished]  # aborted since the last step
         self._drop_finished()
-        return touched + self._admit()
+        return touched + (yield from self._admission())
 
     @torch.inference_mode()
     def decode(self) -> list[LiveSequence]:
@@ -368,10 +377,12 @@ class Engine:
             return False
         return self._drafter.between_steps(idle=True)
 
-    def _admit(self) -> list[LiveSequence]:
+    def _admission(self) -> Generator[None, None, list[LiveSequence]]:
         """Move waiting requests (FIFO) into free rows and prefill them. A request that
         needs a longer cache than the current one waits until the engine is idle, when the
-        cache is rebuilt to fit it."""
+        cache is rebuilt to fit it. Yields between prefill passes; the time until it is
+        resumed is not the engine's: it counts in neither the requests' clocks nor the
+        prefill's time."""
         if not self.waiting:
             return []
         started = time.perf_counter()
@@ -387,13 +398,28 @@ class Engine:
             return []
         first_row = len(self.live)
         prefill_started = time.perf_counter()
-        tokens, states = self._prefill(admitted, first_row)
+        passes, away = self._prefill_passes(admitted, first_row), 0.0
+        while True:
+            try:
+                next(passes)
+            except StopIteration as done:
+                tokens, states = done.value
+                break
+            paused = time.perf_counter()
+            try:
+                yield
+            except BaseException:  # abandoned between passes: free the rows now
+                passes.close()
+                raise
+            waited = time.perf_counter() - paused
+            away += waited
+            _postpone(admitted + self.live + list(self.waiting), waited)
         now = time.perf_counter()
         # The target's prefill alone (no cache allocation): a lazy draft's catch-up is
         # priced from it until one is timed. It computed the positions no stored prefix gave.
         lengths = states.lengths.tolist()
         self.window.observe_prefill(
-            len(admitted), max(lengths), sum(lengths), now - prefill_started, first_row == 0
+            len(admitted), max(lengths), sum(lengths), now - prefill_started - away, first_row == 0
         )
         for seq, token in zip(admitted, tokens.tolist(), strict=True):
             seq.append(token, self.eos_ids, now)
@@ -404,7 +430,7 @@ class Engine:
             self._drafter.admit([s.prompt_ids + s.output_ids for s in self.live[first_row:]])
             kept = [admitted.index(s) for s in self.live[first_row:]]
             self._drafter.observe_pass(states.select(kept, first_row))
-        self.prefill_s += time.perf_counter() - started
+        self.prefill_s += time.perf_counter() - started - away
         return admitted
 
     def _ensure_cache(self) -> None:
@@ -648,10 +674,18 @@ class Engine:
         path_tokens = torch.cat([last, tokens[:, :d].to(device)], 1)  # [B, 1+d]
         return verdict, PassStates(path_tokens, kept, 1 + accepted.to(device))
 
-    def _prefill(self, seqs: list[LiveSequence], first_row: int) -> tuple[torch.Tensor, PassStates]:
-        """Run the prompts of rows `first_row..` at once (right-padded); sample each row's
-        first token `[B]`; also return the states of the positions computed (the last: its
-        source). A prompt's stored prefix (`prefix_cache`) is copied, not computed."""
+    def _prefill_passes(
+        self, seqs: list[LiveSequence], first_row: int
+    ) -> Generator[None, None, tuple[torch.Tensor, PassStates]]:
+        """Run the prompts of rows `first_row..` together (right-padded), in passes of at
+        most `prefill_chunk` positions per row, yielding between passes; sample each row's
+        first token `[B]` and also return the states of the positions computed (the last:
+        its source). A prompt's stored prefix (`prefix_cache`) is copied, not computed.
+
+        A pass appends each row's next positions to its cache and attends to what earlier
+        passes wrote, as a verify pass does; a row whose prompt ended in an earlier pass
+        adds nothing (`num_new` 0). Each row's logits come from the pass holding its last
+        position."""
         prompts = [s.prompt_ids for s in seqs]
         reused = [0] * len(seqs)
         if self.prefix_cache is not None:
@@ -661,23 +695,37 @@ class Engine:
         for seq, n in zip(seqs, reused, strict=True):
             seq.stats.cached_tokens = n
         feed = [p[n:] for p, n in zip(prompts, reused, strict=True)]
-        tokens, lengths = right_pad(feed, self.model.device)
+        tokens, lengths = right_pad(feed, self.model.device)  # [B, T] device, [B] host
+        T = tokens.shape[1]
+        chunk = min(self.prefill_chunk or T, T)
+        last = lengths - 1  # [B] each row's last position
+        hidden, logits = [], None
         try:
-            out = self.model(
-                tokens,
-                self._cache,
-                num_new=lengths,
-                logits_at=(lengths - 1)[:, None],
-                first_row=first_row,
-            )
+            for start in range(0, T, chunk):
+                if start:
+                    yield
+                out = self.model(
+                    tokens[:, start : start + chunk],
+                    self._cache,
+                    num_new=(lengths - start).clamp(0, chunk),
+                    logits_at=(last - start).clamp(0, chunk - 1)[:, None],
+                    first_row=first_row,
+                )
+                hidden.append(out.hidden)
+                if logits is None:
+                    logits = out.logits  # [B, 1, V]
+                else:  # the rows whose last position this pass holds
+                    ends = ((last >= start) & (last < start + chunk)).to(logits.device)
+                    logits = torch.where(ends[:, None, None], out.logits, logits)
         except BaseException:  # the rows stay free: forget the prefixes copied into them
             for i in range(len(seqs)):
                 self._cache.reset_row(first_row + i)
             raise
-        probs = request_probs(out.logits, [s.params for s in seqs])
+        hidden = hidden[0] if len(hidden) == 1 else torch.cat(hidden, 1)  # [B, T, H]
+        probs = request_probs(logits, [s.params for s in seqs])
         draft = Draft.empty(len(seqs), self.model.device)
         verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
-        states = PassStates(tokens, out.hidden, lengths.to(out.hidden.device), first_row)
+        states = PassStates(tokens, hidden, lengths.to(hidden.device), first_row)
         if self.prefix_cache is not None:
             for i, p in enumerate(prompts):
                 self.prefix_cache.save(self._cache, first_row + i, p)
@@ -707,6 +755,9 @@ _ARGMAX_WHEN_GREEDY = (RejectionSampler, GreedyAcceptor)
 _GREEDY = GreedyAcceptor()
 
 
+_T = TypeVar("_T")
+
+
 def _postpone(seqs: list[LiveSequence], seconds: float) -> None:
     """Move the requests' clocks on by `seconds` their engine did not run (a caller's time
     between `generate_steps`' nexts), so that their TTFT and elapsed time are its own."""
@@ -714,6 +765,15 @@ def _postpone(seqs: list[LiveSequence], seconds: float) -> None:
         seq.arrived_at += seconds
         if seq.first_token_at is not None:
             seq.first_token_at += seconds
+
+
+def _drained(steps: Generator[None, None, _T]) -> _T:
+    """Run a generator of steps to its end and return its value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 def _trimmed(draft: Draft) -> Draft:

@@ -111,6 +111,8 @@ class LLM:
         values kept for reuse (default 4096; 0 = off): a request starting like one of them
         (a shared system turn, an earlier turn of the conversation) prefills only the rest,
         for the target and a draft model alike (`specdec.models.prefix_cache`).
+    prefill_chunk: prefill long prompts in passes of at most this many positions per
+        request (default None: one pass), over the growing cache (`Engine`); same tokens.
     """
 
     @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others
@@ -139,8 +141,13 @@ class LLM:
         cuda_graphs: bool = True,
         prefix_cache_tokens: int = 4096,
         fused_layers: bool = True,
+        prefill_chunk: int | None = None,
     ) -> None:
         from specdec.models.registry import gguf_source, resolve
+
+        if prefill_chunk is not None and prefill_chunk < 1:  # before any weights load
+            raise InvalidParameterError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        self.prefill_chunk = prefill_chunk
 
         self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
         if draft_tp not in (1, tp):
@@ -261,6 +268,7 @@ class LLM:
             max_len=max_len,
             max_tree_nodes=tree_nodes,
             prefix_cache_tokens=prefix_cache_tokens,
+            prefill_chunk=prefill_chunk,
             **self.engine_options,
         )
         self.prefix_cache_tokens = prefix_cache_tokens
@@ -273,6 +281,7 @@ class LLM:
             self.eos_ids,
             self.engine.max_batch,
             prefix_cache_tokens=self.prefix_cache_tokens,
+            prefill_chunk=self.prefill_chunk,
             **self.engine_options,
         )
 

@@ -144,6 +144,15 @@ def add_parser(subparsers) -> None:
         "or our engines one step each (steps: a quieter ratio on a host whose speed drifts; "
         "peers still take whole rounds)",
     )
+    p.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="our engines prefill in passes of at most this many positions per request "
+        "(default: one pass); with --interleave steps the methods then also take turns "
+        "between passes, inside a long prefill",
+    )
     p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
     p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
     p.add_argument(
@@ -230,6 +239,8 @@ def _run(args, leader: bool, tp) -> None:
         config["prefix_cache"] = args.prefix_cache
     if args.interleave != "rounds":  # only then: folders measured before it still resume
         config["interleave"] = args.interleave
+    if args.prefill_chunk is not None:  # only then: folders measured before it still resume
+        config["prefill_chunk"] = args.prefill_chunk
     store = _open_store(out, config, tp)
     if args.merge and tp is not None:
         raise InvalidParameterError("--merge is for one process, not under --tp")
@@ -284,6 +295,8 @@ def _command(preset, args) -> str:
     words += ["--prefix-cache", str(cached)] if cached != 4096 else []
     interleave = getattr(args, "interleave", "rounds")
     words += ["--interleave", interleave] if interleave != "rounds" else []
+    chunk = getattr(args, "prefill_chunk", None)
+    words += ["--prefill-chunk", str(chunk)] if chunk is not None else []
     words += ["--model", preset.model, "--draft", preset.draft, "--dtype", args.dtype]
     words += ["--device", args.device] if args.device != "cpu" else []
     words += ["--quant", args.quant] if args.quant != "none" else []
@@ -371,6 +384,7 @@ def _runner(preset, args) -> Runner:
         vllm_python=args.vllm_python,
         prefix_cache_tokens=args.prefix_cache,
         interleave=args.interleave,
+        prefill_chunk=args.prefill_chunk,
     )
 
 

@@ -136,6 +136,7 @@ class Runner:
         vllm_python: str | None = None,
         prefix_cache_tokens: int = 4096,
         interleave: str = "rounds",
+        prefill_chunk: int | None = None,
     ) -> None:
         if interleave not in INTERLEAVES:
             raise InvalidParameterError(
@@ -161,6 +162,7 @@ class Runner:
             draft_tp=draft_tp,
             cuda_graphs=cuda_graphs,
             prefix_cache_tokens=prefix_cache_tokens,
+            prefill_chunk=prefill_chunk,
         )
         # Trained speculator heads on the same target (the heads-* methods), beside --draft.
         self.speculator = None
@@ -462,6 +464,7 @@ class Runner:
             window,
             max_tree_nodes=tree_nodes,
             prefix_cache_tokens=llm.prefix_cache_tokens,
+            prefill_chunk=llm.prefill_chunk,
             **llm.engine_options,
         )
 

@@ -324,14 +324,14 @@ def test_interleave_steps_takes_turns_step_by_step(model_dir, tmp_path, monkeypa
         return engine
 
     stepped = []
-    step = Engine.step
+    decode = Engine.decode
 
-    def logging_step(self):
+    def logging_decode(self):
         stepped.append(methods_of.get(id(self)))
-        return step(self)
+        return decode(self)
 
     monkeypatch.setattr(bench_runner.Runner, "_engine", recording)
-    monkeypatch.setattr(Engine, "step", logging_step)
+    monkeypatch.setattr(Engine, "decode", logging_decode)
     out = tmp_path / "out"
     args = ["--batches", "2", "--temperatures", "0", "--workloads", "code", "--repeats", "2"]
     methods = ["--methods", "plain,draft-auto,ngram-auto", "--interleave", "steps"]
@@ -345,3 +345,50 @@ def test_interleave_steps_takes_turns_step_by_step(model_dir, tmp_path, monkeypa
     assert len(rows) == 3 and all(r["same_output_as_plain"] == 1.0 for r in rows[1:])
     assert all(len(r["runs_tokens_per_s"]) == 2 for r in rows)
     assert "--interleave steps" in (out / "summary.md").read_text()
+
+
+def test_prefill_chunks_take_turns_inside_a_prefill(model_dir, tmp_path, monkeypatch):
+    """With `--prefill-chunk` and `--interleave steps` a long prefill is taken in passes,
+    and the methods take turns between them: one method's passes of an admission are
+    interleaved with the others'. The output is still plain's, and the folder and its
+    command record the chunk."""
+    from specdec.engine import Engine
+
+    methods_of = {}  # id(engine) -> method
+    original = bench_runner.Runner._engine
+
+    def recording(self, point):
+        engine = original(self, point)
+        methods_of[id(engine)] = point.method
+        return engine
+
+    passed = []
+    passes = Engine._prefill_passes
+
+    def logging_passes(self, seqs, first_row):
+        inner = passes(self, seqs, first_row)
+        while True:
+            passed.append(methods_of.get(id(self)))
+            try:
+                next(inner)
+            except StopIteration as done:
+                return done.value
+            yield
+
+    monkeypatch.setattr(bench_runner.Runner, "_engine", recording)
+    monkeypatch.setattr(Engine, "_prefill_passes", logging_passes)
+    out = tmp_path / "out"
+    args = ["--batches", "2", "--temperatures", "0", "--workloads", "synthetic", "--repeats", "2"]
+    args += ["--prompt-lens", "24", "--prefill-chunk", "4"]
+    methods = ["--methods", "plain,draft-auto", "--interleave", "steps"]
+    assert _bench(model_dir, out, *args, *methods) == 0
+    timed = [m for m in passed if m is not None][-12:]  # the last turn: 6 passes each
+    assert sorted(timed) == ["draft-auto"] * 6 + ["plain"] * 6
+    # each round of turns goes one method later: at most two passes of one in a row
+    # (whole admissions in turn would give six)
+    assert all(len(set(timed[i : i + 3])) == 2 for i in range(len(timed) - 2)), timed
+    data = json.loads((out / "results.json").read_text())
+    assert data["config"]["prefill_chunk"] == 4
+    rows = [r for r in data["rows"] if r["status"] == "ok"]
+    assert len(rows) == 2 and rows[1]["same_output_as_plain"] == 1.0
+    assert "--prefill-chunk 4" in (out / "summary.md").read_text()

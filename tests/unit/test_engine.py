@@ -93,17 +93,17 @@ def test_generate_steps_runs_one_step_per_next_and_returns_generate_s_completion
     expected = [c.token_ids for c in whole.generate(prompts, params)]
     a, b = (Engine(hf_and_native[1], tokenizer, eos_ids=frozenset(), max_batch=2) for _ in "ab")
     counted = []
-    step = Engine.step
+    decode = Engine.decode  # one a step, after its admissions
 
     def counting(self):
         counted.append(self)
-        return step(self)
+        return decode(self)
 
     # The caller's time between nexts: an hour on the engine module's clock each time.
     away = [0.0]
     clock = SimpleNamespace(perf_counter=lambda: time.perf_counter() + away[0])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Engine, "step", counting)
+        mp.setattr(Engine, "decode", counting)
         mp.setattr(engine_module, "time", clock)
         runs = {a: a.generate_steps(prompts, params), b: b.generate_steps(prompts[::-1], params)}
         assert not counted and len(a.waiting) == 3  # queued at the call, no step run yet

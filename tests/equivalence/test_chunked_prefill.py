@@ -1,0 +1,159 @@
+"""Chunked prefill (`Engine(prefill_chunk=N)`): a long admission runs in passes of at most
+N positions per row over the growing cache. The cache it leaves and each row's first
+logits are the one-pass prefill's (fp32, to rounding); greedy output is exactly the
+one-pass engine's, plain and speculative, with ragged prompts, rows joining a running
+batch and stored prefixes. `generate_steps` yields between passes, and the time a caller
+spends between them counts neither in the prefill's time nor in the requests' clocks."""
+
+import time
+
+import pytest
+import torch
+
+from specdec.config import SamplingParams
+from specdec.cost_model import FixedWindow
+from specdec.drafters import DraftModelDrafter, NgramDrafter
+from specdec.engine import Engine
+from specdec.errors import InvalidParameterError
+
+from tiny import hf_tiny, native_from_hf, staggered
+
+PROMPTS = [
+    [5, 17, 42, 8, 9, 10, 11, 12, 13, 14, 15],
+    [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44, 3, 3, 3, 9, 12, 80],
+    [33],
+    [7, 7, 8, 7, 7, 8, 7],
+]
+LENGTHS = [12, 7, 15, 10]
+CHUNKS = [1, 3, 5, 16]  # one position a pass, ragged ends, one pass for all but the longest
+
+
+@pytest.fixture(scope="module")
+def models():
+    return native_from_hf(hf_tiny("qwen2", seed=1)), native_from_hf(
+        hf_tiny("qwen2", seed=2, num_hidden_layers=1)
+    )
+
+
+def params():
+    return [SamplingParams(temperature=0, max_tokens=n) for n in LENGTHS]
+
+
+def engine(target, tokenizer, chunk, drafter=None, k=0, **kwargs):
+    return Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=len(PROMPTS),
+        drafter_factory=drafter,
+        window=FixedWindow(k),
+        prefill_chunk=chunk,
+        **kwargs,
+    )
+
+
+def passes(model):
+    """Logs the tokens per row each forward of `model` is given."""
+    widths = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(args[0].shape[1]), with_kwargs=True
+    )
+    return widths, handle
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+def test_the_cache_and_first_logits_equal_one_pass(models, tokenizer, chunk):
+    target, _ = models
+    whole, chunked = engine(target, tokenizer, None), engine(target, tokenizer, chunk)
+    results = []
+    for e in (whole, chunked):
+        for p, q in zip(PROMPTS, params(), strict=True):
+            e.add_request(p, q)
+        e._ensure_cache()
+        gen = e._prefill_passes([e.waiting.popleft() for _ in PROMPTS], 0)
+        widths, handle = passes(target)
+        try:
+            while True:
+                next(gen)
+        except StopIteration as done:
+            tokens, states = done.value
+        finally:
+            handle.remove()
+        results.append((e._cache, tokens, states, widths))
+    (cache0, tokens0, states0, _), (cache1, tokens1, states1, widths) = results
+    longest = max(map(len, PROMPTS))
+    assert len(widths) == -(-longest // chunk)  # ceil: every pass but the last is full
+    assert torch.equal(cache0.lengths, cache1.lengths)
+    for k0, k1, v0, v1 in zip(cache0.k, cache1.k, cache0.v, cache1.v, strict=True):
+        for row, n in enumerate(cache0.lengths.tolist()):
+            torch.testing.assert_close(k1[row, :, :n], k0[row, :, :n])
+            torch.testing.assert_close(v1[row, :, :n], v0[row, :, :n])
+    assert torch.equal(tokens0, tokens1)
+    assert states1.hidden.shape == states0.hidden.shape
+    for row, n in enumerate(states0.lengths.tolist()):
+        torch.testing.assert_close(states1.hidden[row, :n], states0.hidden[row, :n])
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+def test_greedy_output_equals_one_pass(models, tokenizer, chunk):
+    target, draft = models
+    refs = [c.token_ids for c in engine(target, tokenizer, None).generate(PROMPTS, params())]
+    plain = engine(target, tokenizer, chunk).generate(PROMPTS, params())
+    assert [c.token_ids for c in plain] == refs
+    for factory in (
+        lambda b, length: NgramDrafter(),
+        lambda b, length: DraftModelDrafter(draft, 97, 97, b, length),
+    ):
+        spec = engine(target, tokenizer, chunk, factory, k=3).generate(PROMPTS, params())
+        assert [c.token_ids for c in spec] == refs
+
+
+def test_rows_joining_a_running_batch_and_stored_prefixes(models, tokenizer):
+    """Each admission is chunked on its own rows while others are live, and a prompt
+    whose opening is stored prefills only the rest, in passes."""
+    target, draft = models
+    factory = lambda b, length: DraftModelDrafter(draft, 97, 97, b, length)  # noqa: E731
+    prompts = PROMPTS + [PROMPTS[1] + [4, 5, 6, 7, 8, 9]]  # the second again, longer
+    sampling = params() + [SamplingParams(temperature=0, max_tokens=9)]
+    runs = []
+    for chunk in (None, 2):
+        e = engine(target, tokenizer, chunk, factory, k=2, prefix_cache_tokens=256)
+        runs.append([s.output_ids for s in staggered(e, prompts, sampling)])
+    assert runs[0] == runs[1]
+
+
+def test_generate_steps_turns_between_passes_and_does_not_count_them(models, tokenizer):
+    target, _ = models
+    prompt, sampling = PROMPTS[1], SamplingParams(temperature=0, max_tokens=3)
+    counted = {}
+    for chunk in (None, 4):
+        e = engine(target, tokenizer, chunk)
+        steps, nexts = e.generate_steps([prompt], [sampling]), 0
+        try:
+            while True:
+                next(steps)
+                nexts += 1
+                time.sleep(0.05)  # the caller's turn: not the engine's time
+        except StopIteration as done:
+            (out,) = done.value
+        counted[chunk] = (nexts, e.prefill_s, out.ttft_s, out.token_ids)
+    (n_whole, _, _, ids_whole), (n_chunked, prefill_s, ttft_s, ids) = counted.values()
+    assert ids == ids_whole
+    assert n_chunked - n_whole == -(-len(prompt) // 4) - 1  # a turn between each two passes
+    assert prefill_s < 0.05 and ttft_s < 0.05  # none of the caller's 0.2 s between passes
+
+
+def test_abandoned_between_passes_frees_its_rows(models, tokenizer):
+    target, _ = models
+    e = engine(target, tokenizer, 2)
+    steps = e.generate_steps(PROMPTS[:2], params()[:2])
+    next(steps)  # the first pass of the admission
+    assert e._cache.lengths[:2].tolist() == [2, 2]
+    steps.close()
+    assert e._cache.lengths.tolist() == [0, 0]
+    assert not e.live
+
+
+def test_a_chunk_below_one_is_refused(models, tokenizer):
+    with pytest.raises(InvalidParameterError, match="prefill_chunk must be >= 1"):
+        engine(models[0], tokenizer, 0)
