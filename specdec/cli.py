@@ -107,12 +107,11 @@ def _model_args(p) -> None:
     )
     p.add_argument(
         "--prefill-chunk",
-        type=int,
-        default=None,
+        default="auto",
         metavar="TOKENS",
-        help="prefill long prompts in passes of at most this many positions per request "
-        "(default: one pass): bounds a pass's memory, as the attention of a long prompt "
-        "grows with its square",
+        help="prefill long prompts in passes of at most this many positions, the requests "
+        "admitted together sharing them (0 = one pass; default auto: 512 on a CPU, where "
+        "one long pass's large tensors fault in fresh pages, one pass on a GPU)",
     )
 
 

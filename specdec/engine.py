@@ -29,7 +29,7 @@ from specdec.models.kernel_tuning import projection_seconds
 from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
 from specdec.models.static_pass import StaticPasses, capture_seconds, use_static_passes
-from specdec.models.transformer import Transformer, right_pad
+from specdec.models.transformer import Transformer, pass_spans, right_pad
 from specdec.sampling import make_generator, request_probs
 from specdec.speculator.tree import TreeDraft, TreeWalkSampler
 from specdec.tokenization import StopChecker
@@ -168,10 +168,12 @@ class Engine:
             raise InvalidParameterError(f"max_batch must be >= 1, got {max_batch}")
         if prefill_chunk is not None and prefill_chunk < 1:
             raise InvalidParameterError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        # Positions per row in one prefill pass (None: a prompt in one pass). Longer prompts
-        # are prefilled in passes over the growing cache: what one pass holds (activations,
-        # its [T, span] attention mask) stays bounded, and `generate_steps` yields between
-        # passes, so the benchmark's engines take turns inside a long prefill too.
+        # The most positions one prefill pass computes, its rows together, each an equal
+        # share (None: an admission in one pass). Longer admissions are prefilled in passes
+        # over the growing cache: what one pass allocates stays bounded (on the CPU, the
+        # large tensors of one long pass come from fresh pages each time, `PREFILL_CHUNK_CPU`),
+        # and `generate_steps` yields between passes, so the benchmark's engines take turns
+        # inside a long prefill too.
         self.prefill_chunk = prefill_chunk
         self.model = model
         self.tokenizer = tokenizer
@@ -678,9 +680,10 @@ class Engine:
         self, seqs: list[LiveSequence], first_row: int
     ) -> Generator[None, None, tuple[torch.Tensor, PassStates]]:
         """Run the prompts of rows `first_row..` together (right-padded), in passes of at
-        most `prefill_chunk` positions per row, yielding between passes; sample each row's
-        first token `[B]` and also return the states of the positions computed (the last:
-        its source). A prompt's stored prefix (`prefix_cache`) is copied, not computed.
+        most `prefill_chunk` positions (B rows of `prefill_chunk // B`, at least 1), yielding
+        between passes; sample each row's first token `[B]` and also return the states of
+        the positions computed (the last: its source). A prompt's stored prefix
+        (`prefix_cache`) is copied, not computed.
 
         A pass appends each row's next positions to its cache and attends to what earlier
         passes wrote, as a verify pass does; a row whose prompt ended in an earlier pass
@@ -696,26 +699,24 @@ class Engine:
             seq.stats.cached_tokens = n
         feed = [p[n:] for p, n in zip(prompts, reused, strict=True)]
         tokens, lengths = right_pad(feed, self.model.device)  # [B, T] device, [B] host
-        T = tokens.shape[1]
-        chunk = min(self.prefill_chunk or T, T)
         last = lengths - 1  # [B] each row's last position
         hidden, logits = [], None
         try:
-            for start in range(0, T, chunk):
+            for start, stop, num_new in pass_spans(lengths, self.prefill_chunk):
                 if start:
                     yield
                 out = self.model(
-                    tokens[:, start : start + chunk],
+                    tokens[:, start:stop],
                     self._cache,
-                    num_new=(lengths - start).clamp(0, chunk),
-                    logits_at=(last - start).clamp(0, chunk - 1)[:, None],
+                    num_new=num_new,
+                    logits_at=(last - start).clamp(0, stop - start - 1)[:, None],
                     first_row=first_row,
                 )
                 hidden.append(out.hidden)
                 if logits is None:
                     logits = out.logits  # [B, 1, V]
                 else:  # the rows whose last position this pass holds
-                    ends = ((last >= start) & (last < start + chunk)).to(logits.device)
+                    ends = ((last >= start) & (last < stop)).to(logits.device)
                     logits = torch.where(ends[:, None, None], out.logits, logits)
         except BaseException:  # the rows stay free: forget the prefixes copied into them
             for i in range(len(seqs)):
@@ -756,6 +757,31 @@ _GREEDY = GreedyAcceptor()
 
 
 _T = TypeVar("_T")
+
+# The most positions a prefill pass computes on a CPU unless told (`--prefill-chunk auto`).
+# One long pass allocates tensors over glibc's 32 MiB mmap ceiling ([4,096, 17,920] bf16 for
+# the 1.5B's MLP at 4 x 1,024 tokens), which come from fresh pages every time: 2.4 M page
+# faults and 5-6 s of system time a prefill there. Passes of 512 positions fault next to
+# never and took 0.63x the one pass's time at 4 x 1,024 (int4) and 0.81x at 1 x 1,024 on
+# the 2-vCPU Xeon (stop 60, docs/BENCHMARKS.md); 256 (0.83x) pays more per pass. A GPU
+# has no such cost and takes a prompt in one pass.
+PREFILL_CHUNK_CPU = 512
+
+
+def resolve_prefill_chunk(value: int | str | None, device: torch.device) -> int | None:
+    """`Engine`'s `prefill_chunk` for a user's setting: "auto" (`PREFILL_CHUNK_CPU` on a
+    CPU, one pass elsewhere), 0 or None (one pass), or a number of positions (>= 1)."""
+    if value == "auto":
+        return PREFILL_CHUNK_CPU if torch.device(device).type == "cpu" else None
+    if isinstance(value, str):
+        if not value.isdigit():
+            raise InvalidParameterError(
+                f"prefill chunk must be 'auto' or a number of positions, got {value!r}"
+            )
+        value = int(value)
+    if value is not None and value < 0:
+        raise InvalidParameterError(f"prefill chunk must be >= 0, got {value}")
+    return value or None
 
 
 def _postpone(seqs: list[LiveSequence], seconds: float) -> None:

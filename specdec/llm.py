@@ -42,7 +42,7 @@ from specdec.drafters.draft_vocab import (
     lowest_ids,
     prune_vocab_head,
 )
-from specdec.engine import Completion, Engine
+from specdec.engine import Completion, Engine, resolve_prefill_chunk
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.decode_stack import tune_stack
 from specdec.models.kernel_tuning import (
@@ -111,8 +111,9 @@ class LLM:
         values kept for reuse (default 4096; 0 = off): a request starting like one of them
         (a shared system turn, an earlier turn of the conversation) prefills only the rest,
         for the target and a draft model alike (`specdec.models.prefix_cache`).
-    prefill_chunk: prefill long prompts in passes of at most this many positions per
-        request (default None: one pass), over the growing cache (`Engine`); same tokens.
+    prefill_chunk: prefill long admissions in passes of at most this many positions, their
+        requests together, over the growing cache (`Engine`; same tokens): "auto" (default)
+        is `engine.PREFILL_CHUNK_CPU` on a CPU and one pass on a GPU; 0 is one pass.
     """
 
     @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others
@@ -141,13 +142,11 @@ class LLM:
         cuda_graphs: bool = True,
         prefix_cache_tokens: int = 4096,
         fused_layers: bool = True,
-        prefill_chunk: int | None = None,
+        prefill_chunk: int | str | None = "auto",
     ) -> None:
         from specdec.models.registry import gguf_source, resolve
 
-        if prefill_chunk is not None and prefill_chunk < 1:  # before any weights load
-            raise InvalidParameterError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
-        self.prefill_chunk = prefill_chunk
+        self.prefill_chunk = resolve_prefill_chunk(prefill_chunk, device)  # before any load
 
         self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
         if draft_tp not in (1, tp):
@@ -268,7 +267,7 @@ class LLM:
             max_len=max_len,
             max_tree_nodes=tree_nodes,
             prefix_cache_tokens=prefix_cache_tokens,
-            prefill_chunk=prefill_chunk,
+            prefill_chunk=self.prefill_chunk,
             **self.engine_options,
         )
         self.prefix_cache_tokens = prefix_cache_tokens
@@ -351,7 +350,7 @@ class LLM:
         # draft) must not hand an engine's drafter another model than its cut was made for.
         return lambda max_batch, max_len: DraftModelDrafter(
             draft_model, vocab, tok_size, max_batch, max_len, vocab=ids,
-            context_rows=rows, **self.engine_options,
+            context_rows=rows, prefill_chunk=self.prefill_chunk, **self.engine_options,
         )  # fmt: skip
 
     def encode(self, prompt: str, chat: bool = False) -> list[int]:

@@ -146,12 +146,11 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument(
         "--prefill-chunk",
-        type=int,
-        default=None,
+        default="auto",
         metavar="TOKENS",
-        help="our engines prefill in passes of at most this many positions per request "
-        "(default: one pass); with --interleave steps the methods then also take turns "
-        "between passes, inside a long prefill",
+        help="our engines prefill in passes of at most this many positions (0 = one pass; "
+        "default auto: as `specdec generate`); with --interleave steps the methods also take "
+        "turns between passes, inside a long prefill",
     )
     p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
     p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
@@ -239,8 +238,11 @@ def _run(args, leader: bool, tp) -> None:
         config["prefix_cache"] = args.prefix_cache
     if args.interleave != "rounds":  # only then: folders measured before it still resume
         config["interleave"] = args.interleave
-    if args.prefill_chunk is not None:  # only then: folders measured before it still resume
-        config["prefill_chunk"] = args.prefill_chunk
+    from specdec.engine import resolve_prefill_chunk
+
+    chunk = resolve_prefill_chunk(args.prefill_chunk, args.device)
+    if chunk is not None:  # only then: folders measured in one pass still resume
+        config["prefill_chunk"] = chunk
     store = _open_store(out, config, tp)
     if args.merge and tp is not None:
         raise InvalidParameterError("--merge is for one process, not under --tp")
@@ -295,8 +297,8 @@ def _command(preset, args) -> str:
     words += ["--prefix-cache", str(cached)] if cached != 4096 else []
     interleave = getattr(args, "interleave", "rounds")
     words += ["--interleave", interleave] if interleave != "rounds" else []
-    chunk = getattr(args, "prefill_chunk", None)
-    words += ["--prefill-chunk", str(chunk)] if chunk is not None else []
+    chunk = getattr(args, "prefill_chunk", "auto")
+    words += ["--prefill-chunk", str(chunk)] if chunk != "auto" else []
     words += ["--model", preset.model, "--draft", preset.draft, "--dtype", args.dtype]
     words += ["--device", args.device] if args.device != "cpu" else []
     words += ["--quant", args.quant] if args.quant != "none" else []

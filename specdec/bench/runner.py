@@ -136,7 +136,7 @@ class Runner:
         vllm_python: str | None = None,
         prefix_cache_tokens: int = 4096,
         interleave: str = "rounds",
-        prefill_chunk: int | None = None,
+        prefill_chunk: int | str | None = "auto",
     ) -> None:
         if interleave not in INTERLEAVES:
             raise InvalidParameterError(

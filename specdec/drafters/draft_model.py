@@ -7,8 +7,9 @@ takes one or two tokens per row (a ragged batch), the next k-1 take one each.
 
 The prefill is lazy: `admit` only queues a new row's whole history as pending, and steps
 with k = 0 only append to it, so a run that never speculates never runs the draft model.
-The first step with k > 0 catches the rows up (`_catch_up`): one ragged pass over the
-rows whose pending history is long, feeding all but its last token, which the step's
+The first step with k > 0 catches the rows up (`_catch_up`): one ragged pass (or passes of
+`prefill_chunk` positions, as the target's prefill) over the rows whose pending history
+is long, feeding all but its last token, which the step's
 first draft forward then takes like any other. `--speculate auto` prices that pass before
 it starts (`catch_up_tokens`, `last_catch_up`). A row's history that starts like one the
 drafter has caught up on before (`use_prefix_cache`) copies those keys and values instead.
@@ -32,7 +33,7 @@ from specdec.errors import TokenizerMismatchError
 from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
 from specdec.models.static_pass import StaticPasses, use_static_passes
-from specdec.models.transformer import Transformer, right_pad
+from specdec.models.transformer import Transformer, pass_spans, right_pad
 from specdec.sampling import param_tensors, probs_from_logits, sample
 
 
@@ -65,8 +66,12 @@ class DraftModelDrafter(DrafterBase):
         cuda_graphs: bool | None = None,
         vocab: torch.Tensor | None = None,
         context_rows=None,
+        prefill_chunk: int | None = None,
     ) -> None:
         self.model = model
+        # The catch-up runs in passes of at most this many positions, as the target's
+        # prefill does (`Engine.prefill_chunk`; None: one pass).
+        self.prefill_chunk = prefill_chunk
         # The KV cache and the draft steps' forward (at most two new tokens per row, the
         # pending ones; static, as graphs, by default on CUDA only, as the Engine's) are
         # built by the first step that drafts (`cache`): a run that never speculates
@@ -175,13 +180,14 @@ class DraftModelDrafter(DrafterBase):
                     self.pending[row] = self.pending[row][reused:]
         feed = [self.pending[row][:-1] if row in behind else [] for row in range(lo, hi)]
         tokens, fed = right_pad(feed, self.model.device)  # [hi - lo, T], [hi - lo]
-        self.model(
-            tokens,
-            self.cache,
-            num_new=fed,
-            logits_at=torch.zeros(hi - lo, 1, dtype=torch.long),
-            first_row=lo,
-        )
+        for start, stop, num_new in pass_spans(fed, self.prefill_chunk):  # the target's passes
+            self.model(
+                tokens[:, start:stop],
+                self.cache,
+                num_new=num_new,
+                logits_at=torch.zeros(hi - lo, 1, dtype=torch.long),
+                first_row=lo,
+            )
         for row in behind:
             self.pending[row] = self.pending[row][-1:]
             if store is not None and len(histories[row]) == int(self.cache.lengths[row]):

@@ -12,6 +12,7 @@ matmul each (fewer, larger kernels: decoding here is memory-bound and overhead-s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,17 @@ def right_pad(
     for row, seq in enumerate(sequences):
         tokens[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
     return tokens.to(device), lengths
+
+
+def pass_spans(lengths: torch.Tensor, chunk: int | None) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """A right-padded batch of `lengths` [B] (host) cut into passes of at most `chunk`
+    positions, the B rows sharing them (`chunk // B` each, at least 1; None: one pass):
+    each pass's (start, stop) columns and `num_new` [B], 0 for a row that ended earlier."""
+    T = max(1, int(lengths.max()))
+    width = min(max(1, chunk // len(lengths)), T) if chunk else T
+    for start in range(0, T, width):
+        stop = min(start + width, T)
+        yield start, stop, (lengths - start).clamp(0, stop - start)
 
 
 class RMSNorm(nn.Module):

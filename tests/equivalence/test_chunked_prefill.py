@@ -1,9 +1,10 @@
 """Chunked prefill (`Engine(prefill_chunk=N)`): a long admission runs in passes of at most
-N positions per row over the growing cache. The cache it leaves and each row's first
-logits are the one-pass prefill's (fp32, to rounding); greedy output is exactly the
-one-pass engine's, plain and speculative, with ragged prompts, rows joining a running
-batch and stored prefixes. `generate_steps` yields between passes, and the time a caller
-spends between them counts neither in the prefill's time nor in the requests' clocks."""
+N positions, its B rows N // B each, over the growing cache. The cache it leaves and each
+row's first logits are the one-pass prefill's (fp32, to rounding); greedy output is
+exactly the one-pass engine's, plain and speculative, with ragged prompts, rows joining a
+running batch and stored prefixes. `generate_steps` yields between passes, and the time a
+caller spends between them counts neither in the prefill's time nor in the requests'
+clocks. A user's setting ("auto", 0, N) resolves per device."""
 
 import time
 
@@ -13,7 +14,7 @@ import torch
 from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter
-from specdec.engine import Engine
+from specdec.engine import PREFILL_CHUNK_CPU, Engine, resolve_prefill_chunk
 from specdec.errors import InvalidParameterError
 
 from tiny import hf_tiny, native_from_hf, staggered
@@ -25,7 +26,9 @@ PROMPTS = [
     [7, 7, 8, 7, 7, 8, 7],
 ]
 LENGTHS = [12, 7, 15, 10]
-CHUNKS = [1, 3, 5, 16]  # one position a pass, ragged ends, one pass for all but the longest
+# 4 rows of 1, 3, 5 and 16 positions a pass: one at a time, ragged ends, and one pass for
+# all but the longest prompt
+CHUNKS = [4, 12, 20, 64]
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +85,8 @@ def test_the_cache_and_first_logits_equal_one_pass(models, tokenizer, chunk):
         results.append((e._cache, tokens, states, widths))
     (cache0, tokens0, states0, _), (cache1, tokens1, states1, widths) = results
     longest = max(map(len, PROMPTS))
-    assert len(widths) == -(-longest // chunk)  # ceil: every pass but the last is full
+    width = chunk // len(PROMPTS)
+    assert widths == [width] * (longest // width) + [longest % width] * bool(longest % width)
     assert torch.equal(cache0.lengths, cache1.lengths)
     for k0, k1, v0, v1 in zip(cache0.k, cache1.k, cache0.v, cache1.v, strict=True):
         for row, n in enumerate(cache0.lengths.tolist()):
@@ -102,7 +106,7 @@ def test_greedy_output_equals_one_pass(models, tokenizer, chunk):
     assert [c.token_ids for c in plain] == refs
     for factory in (
         lambda b, length: NgramDrafter(),
-        lambda b, length: DraftModelDrafter(draft, 97, 97, b, length),
+        lambda b, length: DraftModelDrafter(draft, 97, 97, b, length, prefill_chunk=chunk),
     ):
         spec = engine(target, tokenizer, chunk, factory, k=3).generate(PROMPTS, params())
         assert [c.token_ids for c in spec] == refs
@@ -120,6 +124,31 @@ def test_rows_joining_a_running_batch_and_stored_prefixes(models, tokenizer):
         e = engine(target, tokenizer, chunk, factory, k=2, prefix_cache_tokens=256)
         runs.append([s.output_ids for s in staggered(e, prompts, sampling)])
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("chunk", CHUNKS)
+def test_the_drafts_catch_up_runs_in_passes_and_leaves_the_same_cache(models, chunk):
+    _, draft = models
+    caches, proposals = [], []
+    for c in (None, chunk):
+        drafter = DraftModelDrafter(draft, 97, 97, len(PROMPTS), 64, prefill_chunk=c)
+        drafter.admit(PROMPTS)
+        widths, handle = passes(draft)
+        try:
+            proposal = drafter.propose(3, params(), [None] * len(PROMPTS))
+        finally:
+            handle.remove()
+        caches.append(drafter.cache)
+        proposals.append(proposal.tokens)
+    longest = max(map(len, PROMPTS)) - 1  # the catch-up feeds all but the last token
+    width = chunk // len(PROMPTS)
+    catch_up = widths[: len(widths) - 3]  # then the step's 3 draft forwards
+    assert catch_up == [width] * (longest // width) + [longest % width] * bool(longest % width)
+    assert torch.equal(proposals[0], proposals[1])
+    assert torch.equal(caches[0].lengths, caches[1].lengths)
+    for k0, k1 in zip(caches[0].k, caches[1].k, strict=True):
+        for row, n in enumerate(caches[0].lengths.tolist()):
+            torch.testing.assert_close(k1[row, :, :n], k0[row, :, :n])
 
 
 def test_generate_steps_turns_between_passes_and_does_not_count_them(models, tokenizer):
@@ -145,9 +174,9 @@ def test_generate_steps_turns_between_passes_and_does_not_count_them(models, tok
 
 def test_abandoned_between_passes_frees_its_rows(models, tokenizer):
     target, _ = models
-    e = engine(target, tokenizer, 2)
+    e = engine(target, tokenizer, 4)
     steps = e.generate_steps(PROMPTS[:2], params()[:2])
-    next(steps)  # the first pass of the admission
+    next(steps)  # the first pass of the admission: 2 rows of 2 positions
     assert e._cache.lengths[:2].tolist() == [2, 2]
     steps.close()
     assert e._cache.lengths.tolist() == [0, 0]
@@ -157,3 +186,21 @@ def test_abandoned_between_passes_frees_its_rows(models, tokenizer):
 def test_a_chunk_below_one_is_refused(models, tokenizer):
     with pytest.raises(InvalidParameterError, match="prefill_chunk must be >= 1"):
         engine(models[0], tokenizer, 0)
+
+
+def test_a_users_setting_resolves_per_device():
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert resolve_prefill_chunk("auto", cpu) == PREFILL_CHUNK_CPU
+    assert resolve_prefill_chunk("auto", gpu) is None  # a GPU takes a prompt in one pass
+    assert resolve_prefill_chunk("0", cpu) is None and resolve_prefill_chunk(0, cpu) is None
+    assert resolve_prefill_chunk("96", gpu) == 96 and resolve_prefill_chunk(None, cpu) is None
+    for bad in ("many", "-3", -3, "1.5"):
+        with pytest.raises(InvalidParameterError, match="prefill chunk must be"):
+            resolve_prefill_chunk(bad, cpu)
+
+
+def test_llm_refuses_a_bad_chunk_before_loading_anything(tmp_path):
+    from specdec.llm import LLM
+
+    with pytest.raises(InvalidParameterError, match="prefill chunk must be"):
+        LLM(str(tmp_path / "no-such-model"), prefill_chunk="lots")

@@ -379,7 +379,7 @@ def test_prefill_chunks_take_turns_inside_a_prefill(model_dir, tmp_path, monkeyp
     monkeypatch.setattr(Engine, "_prefill_passes", logging_passes)
     out = tmp_path / "out"
     args = ["--batches", "2", "--temperatures", "0", "--workloads", "synthetic", "--repeats", "2"]
-    args += ["--prompt-lens", "24", "--prefill-chunk", "4"]
+    args += ["--prompt-lens", "24", "--prefill-chunk", "8"]  # 2 rows of 4 positions
     methods = ["--methods", "plain,draft-auto", "--interleave", "steps"]
     assert _bench(model_dir, out, *args, *methods) == 0
     timed = [m for m in passed if m is not None][-12:]  # the last turn: 6 passes each
@@ -388,7 +388,7 @@ def test_prefill_chunks_take_turns_inside_a_prefill(model_dir, tmp_path, monkeyp
     # (whole admissions in turn would give six)
     assert all(len(set(timed[i : i + 3])) == 2 for i in range(len(timed) - 2)), timed
     data = json.loads((out / "results.json").read_text())
-    assert data["config"]["prefill_chunk"] == 4
+    assert data["config"]["prefill_chunk"] == 8
     rows = [r for r in data["rows"] if r["status"] == "ok"]
     assert len(rows) == 2 and rows[1]["same_output_as_plain"] == 1.0
-    assert "--prefill-chunk 4" in (out / "summary.md").read_text()
+    assert "--prefill-chunk 8" in (out / "summary.md").read_text()
