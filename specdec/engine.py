@@ -138,6 +138,10 @@ class Engine:
     requests' keys and values (`specdec.models.prefix_cache`), for the target and for a
     draft model each: a request that starts like one of them prefills only the rest.
 
+    `prefill_chunk` prefills an admission in passes of at most that many positions, its
+    rows sharing them (`LLM` and the CLI default to `PREFILL_CHUNK_CPU` on a CPU);
+    `generate_steps` yields between them.
+
     `static_passes` runs the target's decode and verify passes through fixed-shape,
     bucketed passes over preallocated buffers (`specdec.models.static_pass`), and
     `cuda_graphs` captures them as CUDA graphs. Both default to on for a CUDA model and
