@@ -5,8 +5,12 @@ of the same round. Prints per-call wall, CPU and system seconds and minor page f
 and the median ratios.
 
     python chunk_cost.py [rounds] [quant] [len] [batch] [chunks, comma-separated]
+
+With NO_DRAFT=1 the process loads the target alone (`specdec generate` without --draft),
+not the bench's target and draft.
 """
 
+import os
 import resource
 import statistics
 import sys
@@ -24,9 +28,10 @@ QUANT = sys.argv[2] if len(sys.argv) > 2 else "int4"
 LEN = int(sys.argv[3]) if len(sys.argv) > 3 else 1024
 BATCH = int(sys.argv[4]) if len(sys.argv) > 4 else 4
 CHUNKS = [int(c) for c in (sys.argv[5] if len(sys.argv) > 5 else "256,128").split(",")]
+DRAFT = None if os.environ.get("NO_DRAFT") == "1" else "qwen2.5-coder-0.5b-instruct"
 runner = Runner(
-    "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct", "bf16", "cpu", 8, 64, 4,
-    quant=QUANT, draft_quant="int4",
+    "qwen2.5-coder-1.5b-instruct", DRAFT, "bf16", "cpu", 8, 64, 4,
+    quant=QUANT, draft_quant="int4" if DRAFT else None,
 )  # fmt: skip
 point = Point("synthetic", LEN, BATCH, 0.0, "plain")
 prompts = runner.prompts(point)[:BATCH]
