@@ -765,10 +765,10 @@ _T = TypeVar("_T")
 # The most positions a prefill pass computes on a CPU unless told (`--prefill-chunk auto`).
 # One long pass allocates tensors over glibc's 32 MiB mmap ceiling ([4,096, 17,920] bf16 for
 # the 1.5B's MLP at 4 x 1,024 tokens), which come from fresh pages every time: 2.4 M page
-# faults and 5-6 s of system time a prefill there. Passes of 512 positions fault next to
-# never and took 0.63x the one pass's time at 4 x 1,024 (int4) and 0.81x at 1 x 1,024 on
-# the 2-vCPU Xeon (stop 60, docs/BENCHMARKS.md); 256 (0.83x) pays more per pass. A GPU
-# has no such cost and takes a prompt in one pass.
+# faults and 5-7 s of system time a prefill there. Passes of 512 positions fault next to
+# never and took 0.75-0.87x the one pass's time at 1,024-token prompts (int4 and bf16,
+# batch 1 and 4) on the 2-vCPU Xeon (stop 60, docs/BENCHMARKS.md); much smaller passes
+# pay per pass (64: 1.24x). A GPU has no such cost and takes a prompt in one pass.
 PREFILL_CHUNK_CPU = 512
 
 
