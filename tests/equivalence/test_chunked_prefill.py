@@ -64,6 +64,21 @@ def passes(model):
     return widths, handle
 
 
+def pass_widths(longest: int, chunk: int) -> list[int]:
+    """The passes `longest` positions take at `chunk` a pass shared by PROMPTS' rows."""
+    width = chunk // len(PROMPTS)
+    return [width] * (longest // width) + [longest % width] * bool(longest % width)
+
+
+def assert_same_cache(expected, cache) -> None:
+    """Same lengths, and each row's keys and values equal over its length (fp32)."""
+    assert torch.equal(expected.lengths, cache.lengths)
+    for k0, k1, v0, v1 in zip(expected.k, cache.k, expected.v, cache.v, strict=True):
+        for row, n in enumerate(expected.lengths.tolist()):
+            torch.testing.assert_close(k1[row, :, :n], k0[row, :, :n])
+            torch.testing.assert_close(v1[row, :, :n], v0[row, :, :n])
+
+
 @pytest.mark.parametrize("chunk", CHUNKS)
 def test_the_cache_and_first_logits_equal_one_pass(models, tokenizer, chunk):
     target, _ = models
@@ -84,14 +99,8 @@ def test_the_cache_and_first_logits_equal_one_pass(models, tokenizer, chunk):
             handle.remove()
         results.append((e._cache, tokens, states, widths))
     (cache0, tokens0, states0, _), (cache1, tokens1, states1, widths) = results
-    longest = max(map(len, PROMPTS))
-    width = chunk // len(PROMPTS)
-    assert widths == [width] * (longest // width) + [longest % width] * bool(longest % width)
-    assert torch.equal(cache0.lengths, cache1.lengths)
-    for k0, k1, v0, v1 in zip(cache0.k, cache1.k, cache0.v, cache1.v, strict=True):
-        for row, n in enumerate(cache0.lengths.tolist()):
-            torch.testing.assert_close(k1[row, :, :n], k0[row, :, :n])
-            torch.testing.assert_close(v1[row, :, :n], v0[row, :, :n])
+    assert widths == pass_widths(max(map(len, PROMPTS)), chunk)
+    assert_same_cache(cache0, cache1)
     assert torch.equal(tokens0, tokens1)
     assert states1.hidden.shape == states0.hidden.shape
     for row, n in enumerate(states0.lengths.tolist()):
@@ -140,15 +149,11 @@ def test_the_drafts_catch_up_runs_in_passes_and_leaves_the_same_cache(models, ch
             handle.remove()
         caches.append(drafter.cache)
         proposals.append(proposal.tokens)
-    longest = max(map(len, PROMPTS)) - 1  # the catch-up feeds all but the last token
-    width = chunk // len(PROMPTS)
     catch_up = widths[: len(widths) - 3]  # then the step's 3 draft forwards
-    assert catch_up == [width] * (longest // width) + [longest % width] * bool(longest % width)
+    # the catch-up feeds all but the last token of each row
+    assert catch_up == pass_widths(max(map(len, PROMPTS)) - 1, chunk)
     assert torch.equal(proposals[0], proposals[1])
-    assert torch.equal(caches[0].lengths, caches[1].lengths)
-    for k0, k1 in zip(caches[0].k, caches[1].k, strict=True):
-        for row, n in enumerate(caches[0].lengths.tolist()):
-            torch.testing.assert_close(k1[row, :, :n], k0[row, :, :n])
+    assert_same_cache(caches[0], caches[1])
 
 
 def test_generate_steps_turns_between_passes_and_does_not_count_them(models, tokenizer):

@@ -309,13 +309,9 @@ def test_a_script_gets_the_runner_the_bench_measures_with(model_dir, bench_out):
         runner.close()
 
 
-def test_interleave_steps_takes_turns_step_by_step(model_dir, tmp_path, monkeypatch):
-    """With `--interleave steps` our engines' runs take turns one engine step at a time
-    (here a run is a single round, which `rounds` would run whole), give the same tokens,
-    and the folder and its command say how they were interleaved."""
-    from specdec.engine import Engine
-
-    methods_of = {}  # id(engine) -> method
+def _methods_of_engines(monkeypatch) -> dict[int, str]:
+    """id(engine) -> method, for every engine the bench's runner builds from now on."""
+    methods_of = {}
     original = bench_runner.Runner._engine
 
     def recording(self, point):
@@ -323,6 +319,17 @@ def test_interleave_steps_takes_turns_step_by_step(model_dir, tmp_path, monkeypa
         methods_of[id(engine)] = point.method
         return engine
 
+    monkeypatch.setattr(bench_runner.Runner, "_engine", recording)
+    return methods_of
+
+
+def test_interleave_steps_takes_turns_step_by_step(model_dir, tmp_path, monkeypatch):
+    """With `--interleave steps` our engines' runs take turns one engine step at a time
+    (here a run is a single round, which `rounds` would run whole), give the same tokens,
+    and the folder and its command say how they were interleaved."""
+    from specdec.engine import Engine
+
+    methods_of = _methods_of_engines(monkeypatch)
     stepped = []
     decode = Engine.decode
 
@@ -330,7 +337,6 @@ def test_interleave_steps_takes_turns_step_by_step(model_dir, tmp_path, monkeypa
         stepped.append(methods_of.get(id(self)))
         return decode(self)
 
-    monkeypatch.setattr(bench_runner.Runner, "_engine", recording)
     monkeypatch.setattr(Engine, "decode", logging_decode)
     out = tmp_path / "out"
     args = ["--batches", "2", "--temperatures", "0", "--workloads", "code", "--repeats", "2"]
@@ -354,14 +360,7 @@ def test_prefill_chunks_take_turns_inside_a_prefill(model_dir, tmp_path, monkeyp
     command record the chunk."""
     from specdec.engine import Engine
 
-    methods_of = {}  # id(engine) -> method
-    original = bench_runner.Runner._engine
-
-    def recording(self, point):
-        engine = original(self, point)
-        methods_of[id(engine)] = point.method
-        return engine
-
+    methods_of = _methods_of_engines(monkeypatch)
     passed = []
     passes = Engine._prefill_passes
 
@@ -375,7 +374,6 @@ def test_prefill_chunks_take_turns_inside_a_prefill(model_dir, tmp_path, monkeyp
                 return done.value
             yield
 
-    monkeypatch.setattr(bench_runner.Runner, "_engine", recording)
     monkeypatch.setattr(Engine, "_prefill_passes", logging_passes)
     out = tmp_path / "out"
     args = ["--batches", "2", "--temperatures", "0", "--workloads", "synthetic", "--repeats", "2"]
