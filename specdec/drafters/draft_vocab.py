@@ -97,7 +97,7 @@ def frequent_ids(tokenizer, n: int, usable: int, keep: Iterable[int] = ()) -> to
 
 def _ranked_ids(tokenizer) -> list[int]:
     """Every id seen in the counted answers, most frequent first (ties: lower id first)."""
-    from specdec.hub import cache_root
+    from specdec.paths import cache_root
 
     vocab = tokenizer.get_vocab()
     key = hashlib.sha256(json.dumps(sorted(vocab.items())).encode()).hexdigest()[:16]

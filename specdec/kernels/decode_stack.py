@@ -29,14 +29,18 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
 from specdec.kernels import native, tuning
 from specdec.kernels.linear import BUCKETS, Linear, bucket_of
 from specdec.kernels.quant import PACKED_MAX_ROWS, Int4Linear, _q4_bias
-from specdec.models.kv_cache import KVCache
-from specdec.models.transformer import Transformer
+
+if TYPE_CHECKING:  # annotations only: the models are built on these kernels
+    from specdec.models.kv_cache import KVCache
+    from specdec.models.transformer import Transformer
+
 
 
 class DecodeStack:

@@ -155,7 +155,7 @@ class StoredGGUFWeights:
     def __init__(self, path: Path, dtype: torch.dtype, root: Path | None = None) -> None:
         import hashlib
 
-        from specdec.hub import cache_root
+        from specdec.paths import cache_root
 
         self.gguf = Path(path)
         stat = self.gguf.stat()

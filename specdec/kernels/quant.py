@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -33,7 +34,10 @@ from torch import nn
 from specdec.errors import InvalidParameterError
 from specdec.kernels import native
 from specdec.kernels.linear import Kernel, Linear
-from specdec.models.transformer import Transformer
+
+if TYPE_CHECKING:  # annotations only: the models are built on these kernels
+    from specdec.models.transformer import Transformer
+
 
 log = logging.getLogger(__name__)
 

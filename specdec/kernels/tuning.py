@@ -78,7 +78,7 @@ def machine_id() -> str:
 
 
 def kernel_cache() -> Path:
-    from specdec.hub import cache_root
+    from specdec.paths import cache_root
 
     return cache_root() / "kernels" / f"{machine_id()}.json"
 
@@ -242,7 +242,7 @@ def announce(what: str, cache: Path) -> None:
     """One line on stderr before a timing that takes a while (minutes for a 1.5B model on
     two cores): it runs once per machine, torch and native build, so a user who meets it
     after a fresh install or an upgrade knows why the first load is slow."""
-    from specdec.hub import status  # registry imports this module's users
+    from specdec.console import status
 
     status(f"{what} on this machine, once per machine and build (kept in {cache})")
 

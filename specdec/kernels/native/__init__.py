@@ -218,7 +218,8 @@ def _build(name: str):
     try:
         from torch.utils.cpp_extension import load
 
-        from specdec.hub import cache_root, status
+        from specdec.console import status
+        from specdec.paths import cache_root
 
         # The build depends on the CPU, torch, the sources and the instruction set (machine()
         # names all four; torch alone would not rebuild for a changed header), not on how
