@@ -92,9 +92,14 @@ class AcceptanceControlledDrafter(DrafterBase):
         self.cost = cost
         self.n_predict = n_predict or getattr(cost, "n_predict", None) or 8
         self.generator = torch.Generator().manual_seed(seed)
-        self.continuation: list[list[int]] = []  # each row's record
-        self.done: list[int] = []  # tokens of it each row has committed
-        self.on_record: list[bool] = []
+        # Per row, on the host (the step's bookkeeping is a few tensor operations whatever
+        # the batch, so the drafter adds little host time of its own to what it times):
+        # its record padded past the end (any id: a draft there is never verified), the
+        # tokens of it committed, and whether the run still follows it.
+        width = max((len(c) for c in self.records.values()), default=0) + self.n_predict + 2
+        self.table = torch.zeros(0, width, dtype=torch.long)  # [rows, width]
+        self.done = torch.zeros(0, dtype=torch.long)  # [rows]
+        self.on_record = torch.zeros(0, dtype=torch.bool)  # [rows]
         self.proposed: torch.Tensor | None = None  # [B, n] the latest proposal
         self.off_record = 0  # rows that left their record
 
@@ -105,12 +110,18 @@ class AcceptanceControlledDrafter(DrafterBase):
         return len(self.done)
 
     def admit(self, histories: Sequence[Sequence[int]]) -> None:
-        for history in histories:
+        table = torch.zeros(len(histories), self.table.shape[1], dtype=torch.long)
+        done = torch.zeros(len(histories), dtype=torch.long)
+        on_record = torch.zeros(len(histories), dtype=torch.bool)
+        for i, history in enumerate(histories):
             prompt, record = self._record_of(history)
-            self.continuation.append(record)
-            self.done.append(len(history) - len(prompt))
-            self.on_record.append(list(history[len(prompt) :]) == record[: self.done[-1]])
-            self.off_record += not self.on_record[-1]
+            table[i, : len(record)] = torch.tensor(record, dtype=torch.long)
+            done[i] = len(history) - len(prompt)
+            on_record[i] = list(history[len(prompt) :]) == record[: int(done[i])]
+        self.off_record += int((~on_record).sum())
+        self.table = torch.cat([self.table, table])
+        self.done = torch.cat([self.done, done])
+        self.on_record = torch.cat([self.on_record, on_record])
         if self.cost is not None:
             self.cost.admit(histories)
 
@@ -125,6 +136,11 @@ class AcceptanceControlledDrafter(DrafterBase):
             f"{list(history[:8])}: record a plain run of the same prompts first"
         )
 
+    def _ahead(self, n: int) -> torch.Tensor:  # [B, n]
+        """Each row's next n recorded tokens."""
+        at = self.done[:, None] + torch.arange(n)  # past the padding: a run longer than
+        return self.table.gather(1, at.clamp(max=self.table.shape[1] - 1))  # its record
+
     def propose(self, k, params, generators) -> Draft:
         if self.cost is not None:
             self.cost.propose(k, params, generators)  # for its time only
@@ -132,10 +148,7 @@ class AcceptanceControlledDrafter(DrafterBase):
         if n == 0:
             self.proposed = None
             return Draft.empty(B)
-        truth = torch.zeros(B, n, dtype=torch.long)  # [B, n] the record's next tokens
-        for row, (record, done) in enumerate(zip(self.continuation, self.done, strict=True)):
-            ahead = record[done : done + n]
-            truth[row, : len(ahead)] = torch.tensor(ahead, dtype=torch.long)
+        truth = self._ahead(n)  # [B, n]
         alpha = torch.tensor([self.profile[min(i, len(self.profile) - 1)] for i in range(n)])
         kept = torch.rand(B, n, generator=self.generator) < alpha  # [B, n]
         shift = torch.randint(1, self.vocab_size, (B, n), generator=self.generator)
@@ -146,15 +159,17 @@ class AcceptanceControlledDrafter(DrafterBase):
     def commit(self, num_accepted, next_tokens) -> None:
         """Advance each row along its record; a row whose committed tokens differ from it
         is off the record from then on (counted once)."""
-        accepted = num_accepted.tolist()
-        nexts = next_tokens.tolist()
-        for row, (a, token) in enumerate(zip(accepted, nexts, strict=True)):
-            drafted = [] if self.proposed is None else self.proposed[row, :a].tolist()
-            record, done = self.continuation[row], self.done[row]
-            if self.on_record[row] and record[done : done + a + 1] != [*drafted, token]:
-                self.on_record[row] = False
-                self.off_record += 1
-            self.done[row] = done + a + 1
+        accepted = num_accepted.cpu()  # [B]
+        n = 0 if self.proposed is None else self.proposed.shape[1]
+        got = torch.zeros(self.rows, n + 1, dtype=torch.long)  # [B, n+1]: kept, then next
+        if n:
+            got[:, :n] = self.proposed
+        got.scatter_(1, accepted[:, None], next_tokens.cpu()[:, None])
+        beyond = torch.arange(n + 1)[None, :] > accepted[:, None]  # not committed
+        follows = ((got == self._ahead(n + 1)) | beyond).all(1)  # [B]
+        self.off_record += int((self.on_record & ~follows).sum())
+        self.on_record &= follows
+        self.done += accepted + 1
         if self.cost is not None:
             self.cost.commit(num_accepted, next_tokens)
 
@@ -163,7 +178,7 @@ class AcceptanceControlledDrafter(DrafterBase):
             self.cost.observe_pass(states)
 
     def move_row(self, src: int, dst: int) -> None:
-        for rows in self._per_row():
+        for rows in (self.table, self.done, self.on_record):
             rows[dst] = rows[src]
         if self.cost is not None:
             self.cost.move_row(src, dst)  # (it resets src itself)
@@ -177,11 +192,8 @@ class AcceptanceControlledDrafter(DrafterBase):
     def _drop(self, row: int) -> None:
         """Rows leave from the end (the engine moves the last row into a freed one)."""
         if row == self.rows - 1:
-            for rows in self._per_row():
-                rows.pop()
-
-    def _per_row(self) -> tuple[list, ...]:
-        return self.continuation, self.done, self.on_record
+            self.table, self.done = self.table[:row], self.done[:row]
+            self.on_record = self.on_record[:row]
 
     # what `auto` prices: the cost drafter's ------------------------------------------
 
