@@ -21,8 +21,15 @@ from its own path (the node's entry attends to the row's true entries and to its
 ancestors' entries, held apart from the row's cache). Paths are scored by summed
 log-probability over the draft vocabulary; each level keeps at most `n_candidates` nodes
 (a beam: the work per level stays bounded) and the best `n_candidates` whole paths make
-the tree. Offline, on the trainer's held-out chats, the stop-38 head's tokens per pass
+the tree. Offline, on the trainer's held-out chats, the trained eagle head's tokens per pass
 went from 1.76 (a chain of 3) to 2.08 with (3, 2, 1) and 2.16 with (4, 2, 1).
+
+With `static_passes` a chain's drafting step (the pending entries' feed and the n draft
+tokens) runs through `specdec.graphs.static_eagle.StaticEagle`: fixed-shape passes over
+preallocated buffers, bucketed by rows, entries, tokens and key span, captured as CUDA
+graphs on a GPU (`cuda_graphs`); eagerly over the same buffers on the CPU. A step that
+feeds more than n_predict + 1 entries per row (a prefill's catch-up), and trees, take the
+eager path. Off by default until its graphs are checked on a GPU (`LLM` does not ask).
 
 With a `learner` (`specdec.training.online.OnlineLearner`) the drafter records its rows'
 kept states and tokens for it, reports how many drafts were kept, and drafts with the
@@ -48,6 +55,8 @@ import torch
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase, PassStates
 from specdec.errors import InvalidParameterError
+from specdec.graphs.static_eagle import StaticEagle
+from specdec.graphs.static_pass import use_static_passes
 from specdec.heads.eagle import EagleHead
 from specdec.heads.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
 from specdec.models.prefix_cache import PrefixCache
@@ -63,6 +72,8 @@ class EagleDrafter(DrafterBase):
         n_candidates: int | None = None,
         sampled_tree: bool = True,
         learner=None,
+        static_passes: bool = False,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.head = head
         self.learner, self.recorder = learner, None
@@ -79,7 +90,8 @@ class EagleDrafter(DrafterBase):
                     f"tree {tree}: top-k at most the head's {c.vocab_size} draft ids"
                 )
         self.tree, self.n_candidates, self.sampled_tree = tree, n_candidates, sampled_tree
-        shape = (max_batch, c.num_kv_heads, max_len, c.head_dim)
+        # Position max_len is the static passes' scratch slot: no span reaches it.
+        shape = (max_batch, c.num_kv_heads, max_len + 1, c.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.lengths = torch.zeros(max_batch, dtype=torch.long)  # true entries per row
@@ -94,6 +106,10 @@ class EagleDrafter(DrafterBase):
         self.history: list[list[int]] = []  # each row's committed tokens
         self.admitted: list[bool] = []  # rows whose prefill's states have not come yet
         self.store: PrefixCache | None = None  # the target's states of recent prompts
+        self.static_passes, self.cuda_graphs = use_static_passes(
+            torch.device(device), static_passes, cuda_graphs
+        )
+        self._static: StaticEagle | None = None
 
     def use_prefix_cache(self, store: PrefixCache) -> None:
         self.store = store
@@ -179,6 +195,8 @@ class EagleDrafter(DrafterBase):
             return Draft.empty(B, device)
         started = time.perf_counter()
         feed = [len(t) for t in self.pending_tokens]
+        if self.static_passes and self.tree is None and max(feed) <= self.n_predict + 1:
+            return self._propose_static(n)
         state = self._feed_pending()  # [B, E] f^ after each row's newest true entry
         if max(feed) > 2:
             self.last_catch_up = (sum(max(0, f - 2) for f in feed), time.perf_counter() - started)
@@ -193,6 +211,22 @@ class EagleDrafter(DrafterBase):
                 state = self._step(x, torch.ones(B, dtype=torch.long), self.lengths[:B] + i)
         tokens = torch.stack(drafted, 1).cpu()  # [B, n]
         return Draft(tokens, None, torch.full((B,), n, dtype=torch.long))
+
+    def _propose_static(self, n: int) -> Draft:
+        """A chain through the fixed-shape passes: the same drafts as the eager path. The
+        feed is part of the step's one replay, so no catch-up is reported apart."""
+        if getattr(self._static, "head", None) is not self.head:  # new, or the learner's swap
+            self._static = StaticEagle(
+                self.head, self.k, self.v, self.n_predict + 1, graphs=self.cuda_graphs
+            )
+        B = self.rows
+        tokens = self._static.propose(
+            self.pending_states, self.pending_tokens, self.lengths[:B].clone(), n
+        )  # [B, n]
+        self.lengths[:B] += torch.tensor([len(t) for t in self.pending_tokens])
+        for row in range(B):
+            self.pending_states[row], self.pending_tokens[row] = [], []
+        return Draft(tokens.cpu(), None, torch.full((B,), n, dtype=torch.long))
 
     def _propose_tree(self, state: torch.Tensor, topk: tuple[int, ...], params) -> TreeDraft:
         """The candidate tree of `topk` from each row's state `[B, E]` (see the module

@@ -77,7 +77,7 @@ class LearnConfig:
     # Optimizer steps over which the rate rises linearly to `lr`, counted from the
     # learner's first step (a resumed learner goes on where it was): a fresh optimizer's
     # first steps move every weight by about the rate, which a trained head pays for. From
-    # the stop-39 eagle head, 1e-3 with no warm-up left it at 1.47 tokens per pass on
+    # the trained eagle head, 1e-3 with no warm-up left it at 1.47 tokens per pass on
     # held-out prompts after a 500-request replay, from 1.65.
     warmup_steps: int = 20
     publish_every: int = 5  # training steps between swaps
@@ -419,7 +419,7 @@ TABLES = ("target_embed", "target_head", "embed", "head_rows", "to_draft", "voca
 EAGLE_STEPS = 3  # draft steps an eagle head's objective unrolls (as the trainer's default)
 MLP_LR = 1e-3  # the default rates (`LearnConfig.lr`): MLP heads learn from scratch at 1e-3;
 # an eagle head under `--learn` is always one trained offline (untrained heads start as MLP
-# heads), which learning should refine, not retrain: the Qwen 1.5B's stop-42 head, trained
+# heads), which learning should refine, not retrain: the Qwen 1.5B's eagle head, trained
 # to a final rate of 3e-5, lost 0.10-0.15 tokens per pass on held-out chat over a
 # 500-request replay at 3e-4 (k = 5: 2.02-2.06 -> 1.87-1.94) and held at 3e-5 (2.00-2.05).
 EAGLE_LR = 3e-5

@@ -44,3 +44,31 @@ def test_pass_profile_counts_kernels_of_both_layer_stacks(script):
                 figures = result[f"{model} {stack} layers, {tokens}"]
                 assert figures["kernels"] > 0 and figures["device_us"] > 0
                 assert len(figures["top"]) == 2
+
+
+def test_speculation_script_reports_every_figure_on_the_cpu(tmp_path, script):
+    """scripts/gpu_speculation.py (issue 64's device call) runs end to end on the CPU in
+    its quick mode: static passes eagerly, the head's too, every profile timed with the
+    acceptance-controlled drafter. fp32: the runs follow their records exactly."""
+    from specdec.bench.timing_drafter import PROFILES
+
+    out = tmp_path / "spec.json"
+    result = script("gpu_speculation").main(
+        ["--device", "cpu", "--quick", "--dtype", "fp32", "--out", str(out)]
+    )
+    assert json.loads(out.read_text())["bars"] == result["bars"]
+    assert result["static_passes"] and not result["cuda_graphs"] and result["bound_tok_s"] > 0
+    assert result["tree_verify"]["nodes"] == 6 and result["tree_verify"]["ratio"] > 0
+    assert set(result["by_batch"]) == {"1", "2"}
+    for figures in result["by_batch"].values():
+        assert figures["plain_tok_s"] > 0 and sorted(figures["v"]) == list(range(6))
+        assert figures["head"]["c_first"] > 0 and figures["head"]["eager_c_first"] > 0
+        assert set(figures["speculation"]) == set(PROFILES)
+        for spec in figures["speculation"].values():
+            assert 0 <= spec["best_k"] <= 5
+            for mode in ("fixed", "auto"):
+                run = spec[mode]
+                assert run["tok_s"] > 0 and run["timed_speedup"] > 0 and run["off_record"] == 0
+                assert len(run["realised_alpha"]) == len(run["reached"]) <= 5
+            assert spec["fixed"]["k"] >= 1 and spec["fixed"]["predicted"] > 0
+    assert set(result["bars"]) and all(v in (True, False, None) for v in result["bars"].values())
