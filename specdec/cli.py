@@ -18,7 +18,17 @@ def _model_args(p) -> None:
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     p.add_argument(
-        "--draft", default=None, help="draft model (name/path), speculator directory, or 'ngram'"
+        "--draft",
+        default=None,
+        help="draft model (name/path), speculator directory, 'ngram' or 'suffix' (suffix "
+        "decoding over this and past requests)",
+    )
+    p.add_argument(
+        "--suffix-tokens",
+        type=int,
+        default=65536,
+        help="with --draft suffix: tokens of past requests kept to draft from (oldest "
+        "evicted first; at most 4,194,304)",
     )
     p.add_argument(
         "--speculate",
@@ -166,7 +176,7 @@ def _bench_serve_args(sub) -> None:
     )
     p.add_argument("--served-model", default=None, help="model id at --url (default: first)")
     p.add_argument("--model", default=None, help="target to launch `specdec serve` with")
-    p.add_argument("--draft", default=None, help="draft to launch with (name/path or ngram)")
+    p.add_argument("--draft", default=None, help="draft to launch with (name/path, ngram, suffix)")
     p.add_argument(
         "--speculate",
         default="off,auto",
@@ -377,6 +387,7 @@ def _load(args, **engine_args):
         fused_layers=not args.no_fused_layers,
         prefix_cache_tokens=args.prefix_cache,
         prefill_chunk=args.prefill_chunk,
+        suffix_tokens=args.suffix_tokens,
         **engine_args,
     )
 

@@ -42,6 +42,7 @@ from specdec.drafters.draft_vocab import (
     lowest_ids,
     prune_vocab_head,
 )
+from specdec.drafters.suffix import DEFAULT_STORE_TOKENS, SuffixDrafter, SuffixStore
 from specdec.engine import Completion, Engine, resolve_prefill_chunk
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.decode_stack import tune_stack
@@ -62,12 +63,16 @@ from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 log = logging.getLogger(__name__)
 
 MAX_WINDOW = 32
+MODEL_FREE = ("ngram", "suffix")  # drafters that need no weights
 
 
 class LLM:
     """A loaded target model plus its tokenizer and, optionally, a drafter.
 
-    draft: None (plain decoding), "ngram" (prompt lookup), a model name / path sharing
+    draft: None (plain decoding), "ngram" (prompt lookup), "suffix" (suffix decoding: the
+        longest matching suffix in this request or a past one's prompt and output,
+        `specdec.drafters.suffix`; `suffix_tokens` of past requests kept, default 65,536),
+        a model name / path sharing
         the target's tokenizer, or a directory of speculator heads trained for this target
         (`specdec train-speculator`; their config.json says "mlp_speculator"), or of an
         eagle head (one layer over the target's states; "specdec_eagle").
@@ -143,10 +148,13 @@ class LLM:
         prefix_cache_tokens: int = 4096,
         fused_layers: bool = True,
         prefill_chunk: int | str | None = "auto",
+        suffix_tokens: int = DEFAULT_STORE_TOKENS,
     ) -> None:
         from specdec.models.registry import gguf_source, resolve
 
         self.prefill_chunk = resolve_prefill_chunk(prefill_chunk, device)  # before any load
+        # Past requests' tokens, shared by every drafter this LLM builds (checked before any load).
+        self.suffix_store = SuffixStore(suffix_tokens) if draft == "suffix" else None
 
         self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
         if draft_tp not in (1, tp):
@@ -160,7 +168,7 @@ class LLM:
         self.draft_tp = draft_tp
         if draft_vocab is not None and draft_vocab < 0:
             raise InvalidParameterError(f"draft_vocab must be >= 0, got {draft_vocab}")
-        if draft_vocab and (draft is None or draft == "ngram" or heads):
+        if draft_vocab and (draft is None or draft in MODEL_FREE or heads):
             raise InvalidParameterError(
                 "--draft-vocab cuts a draft model's vocabulary head: it needs a draft model "
                 "as --draft (speculator heads take theirs from train-speculator --draft-vocab)"
@@ -212,7 +220,7 @@ class LLM:
         if learn:
             if tp > 1:
                 raise InvalidParameterError("learning while serving runs with --tp 1 only")
-            if draft is None or draft == "ngram":
+            if draft is None or draft in MODEL_FREE:
                 raise InvalidParameterError("--learn needs a speculator directory as --draft")
             _new_heads_if_empty(draft, self.model, learn_heads)
         factory = self._drafter_factory(draft, dtype, device, draft_quant) if draft else None
@@ -287,6 +295,8 @@ class LLM:
     def _drafter_factory(self, draft: str, dtype: str, device: str, quant: str):
         if draft == "ngram":
             return lambda max_batch, max_len: NgramDrafter()
+        if draft == "suffix":
+            return lambda max_batch, max_len: SuffixDrafter(self.suffix_store)
         if is_eagle_dir(draft):
             head = load_eagle(draft, self.model, self.model.dtype, device)
             if self.learning:  # the learner trains this form: for_drafting works in place
