@@ -42,7 +42,7 @@ from specdec.drafters.draft_vocab import (
     lowest_ids,
     prune_vocab_head,
 )
-from specdec.drafters.suffix import DEFAULT_STORE_TOKENS, SuffixDrafter, SuffixStore
+from specdec.drafters.suffix import DEFAULT_STORE_TOKENS, SuffixStore, suffix_factory
 from specdec.engine import Completion, Engine, resolve_prefill_chunk
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.models.decode_stack import tune_stack
@@ -296,7 +296,7 @@ class LLM:
         if draft == "ngram":
             return lambda max_batch, max_len: NgramDrafter()
         if draft == "suffix":
-            return lambda max_batch, max_len: SuffixDrafter(self.suffix_store)
+            return suffix_factory(self.suffix_store)
         if is_eagle_dir(draft):
             head = load_eagle(draft, self.model, self.model.dtype, device)
             if self.learning:  # the learner trains this form: for_drafting works in place

@@ -286,6 +286,11 @@ class SuffixDrafter(DrafterBase):
             self.rows[row] = None
 
 
+def suffix_factory(store: SuffixStore, **options):
+    """An engine's `drafter_factory` whose drafters all share `store`."""
+    return lambda max_batch, max_len: SuffixDrafter(store, **options)
+
+
 def _close_all(store: SuffixStore, rows: list[int | None]) -> None:
     for seg in rows:
         if seg is not None:
