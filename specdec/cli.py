@@ -70,7 +70,7 @@ def _bench_serve_args(sub) -> None:
     )
     p.add_argument("--served-model", default=None, help="model id at --url (default: first)")
     p.add_argument("--model", default=None, help="target to launch `specdec serve` with")
-    p.add_argument("--draft", default=None, help="draft to launch with (name/path or ngram)")
+    p.add_argument("--draft", default=None, help="draft to launch with (name/path, ngram, suffix)")
     p.add_argument(
         "--speculate",
         default="off,auto",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.drafters.kinds import DraftSpec, parse_draft
+from specdec.drafters.suffix import DEFAULT_STORE_TOKENS, MAX_STORE_TOKENS
 from specdec.errors import InvalidParameterError
 
 QUANTS = ("none", "int4", "int8")
@@ -37,8 +38,14 @@ class EngineArgs:
     model: str = _opt(None, "registry name, HF directory or .gguf file")
     draft: str | None = _opt(
         None,
-        "the drafter: ngram | model:NAME | heads:DIR | eagle:DIR (a bare model name or heads "
-        "directory works too)",
+        "the drafter: ngram | suffix | model:NAME | heads:DIR | eagle:DIR (a bare model name or "
+        "heads directory works too)",
+    )
+    suffix_tokens: int = _opt(
+        DEFAULT_STORE_TOKENS,
+        "with --draft suffix: tokens of past requests kept to draft from (oldest evicted "
+        "first; at most 4,194,304)",
+        type=int,
     )
     speculate: int | str | None = _opt(
         None, "tokens drafted per step, or 'auto' (default with --draft)"
@@ -167,6 +174,8 @@ class EngineArgs:
         check(self.tree is None or heads, "--tree needs speculator heads as --draft")
         check(self.n_candidates is None or self.n_candidates >= 1,
               f"n_candidates must be >= 1, got {self.n_candidates}")  # fmt: skip
+        check(0 <= self.suffix_tokens <= MAX_STORE_TOKENS, "the suffix store's budget must be "
+              f"0..{MAX_STORE_TOKENS} tokens, got {self.suffix_tokens}")  # fmt: skip
         check(self.prefix_cache_tokens >= 0,
               f"prefix cache must be >= 0 positions, got {self.prefix_cache_tokens}")  # fmt: skip
 

@@ -43,6 +43,7 @@ from specdec.drafters.draft_vocab import (
     prune_vocab_head,
 )
 from specdec.drafters.kinds import DraftSpec
+from specdec.drafters.suffix import SuffixStore, suffix_factory
 from specdec.engine import Completion, Engine, resolve_prefill_chunk
 from specdec.engine_args import MAX_WINDOW, EngineArgs, parse_speculate
 from specdec.errors import InvalidParameterError, SpecdecError
@@ -68,7 +69,10 @@ log = logging.getLogger(__name__)
 class LLM:
     """A loaded target model plus its tokenizer and, optionally, a drafter.
 
-    draft: None (plain decoding), "ngram" (prompt lookup), a model name / path sharing
+    draft: None (plain decoding), "ngram" (prompt lookup), "suffix" (suffix decoding: the
+        longest matching suffix in this request or a past one's prompt and output,
+        `specdec.drafters.suffix`; `suffix_tokens` of past requests kept, default 65,536),
+        a model name / path sharing
         the target's tokenizer, or a directory of speculator heads trained for this target
         (`specdec train-speculator`; their config.json says "mlp_speculator"), or of an
         eagle head (one layer over the target's states; "specdec_eagle").
@@ -161,7 +165,7 @@ class LLM:
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
         self.draft_quant = draft_quant
-        self.speculator = self.learner = self.eagle = None
+        self.speculator = self.learner = self.eagle = self.suffix_store = None
         self.learning = args.learn
         self.tree = args.tree
         self.n_candidates = args.n_candidates
@@ -244,6 +248,7 @@ class LLM:
         """`(max_batch, max_len) -> Drafter` for the kind `spec` names (dispatched once)."""
         build = {
             "ngram": self._ngram_drafter,
+            "suffix": self._suffix_drafter,
             "model": self._draft_model_drafter,
             "heads": self._heads_drafter,
             "eagle": self._eagle_drafter,
@@ -252,6 +257,11 @@ class LLM:
 
     def _ngram_drafter(self, value, dtype: str, device: str, quant: str):
         return lambda max_batch, max_len: NgramDrafter()
+
+    def _suffix_drafter(self, value, dtype: str, device: str, quant: str):
+        # Past requests' tokens, shared by every drafter this LLM builds.
+        self.suffix_store = SuffixStore(self.args.suffix_tokens)
+        return suffix_factory(self.suffix_store)
 
     def _eagle_drafter(self, draft: str, dtype: str, device: str, quant: str):
         head = load_eagle(draft, self.model, self.model.dtype, device)

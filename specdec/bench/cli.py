@@ -75,7 +75,12 @@ def add_parser(subparsers) -> None:
     # The engine options the bench's own engines take, as `specdec generate` does; the
     # target and draft default to the preset's.
     EngineArgs.add_cli_args(p, only=ENGINE_FLAGS, defaults={"model": None, "draft": None})
-    p.add_argument("--workloads", type=_names, default=None, help="code,sharegpt,synthetic")
+    p.add_argument(
+        "--workloads",
+        type=_names,
+        default=None,
+        help="code,sharegpt,synthetic,edits (the same code files edited request after request)",
+    )
     p.add_argument("--prompt-lens", type=_ints, default=None, help="synthetic prompt lengths")
     p.add_argument("--batches", type=_ints, default=None, help="e.g. 1,2,4,8,16")
     p.add_argument("--temperatures", type=_floats, default=None, help="e.g. 0,1")
@@ -83,7 +88,8 @@ def add_parser(subparsers) -> None:
         "--methods",
         type=_names,
         default=None,
-        help="plain,draft-kN,draft-auto,ngram-auto,ngram-kN,heads-kN,heads-auto,heads-tree,"
+        help="plain,draft-kN,draft-auto,ngram-auto,ngram-kN,suffix-auto,suffix-kN (suffix "
+        "decoding, a store per run),heads-kN,heads-auto,heads-tree,"
         "hf-generate,hf-assisted,llamacpp,vllm,vllm-draft-kN; X-auto-warm (X: draft, ngram, "
         "heads): `auto` whose each run starts from the costs and acceptance its previous run "
         "measured, as a process starts from the cost cache",

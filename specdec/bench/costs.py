@@ -245,5 +245,7 @@ def cost_model(entry: dict, drafter: str = "draft") -> CostModel | None:
     kind: "draft" (the draft model's step), "ngram" (a lookup, free), "heads" (speculator
     heads; None when the entry has no heads cost)."""
     curve = {int(k): s for k, s in entry["verify_s"].items()}
-    draft_s = {"ngram": 0.0, "heads": entry.get("heads_step_s")}.get(drafter, entry["draft_step_s"])
+    draft_s = {"ngram": 0.0, "suffix": 0.0, "heads": entry.get("heads_step_s")}.get(
+        drafter, entry["draft_step_s"]
+    )
     return None if draft_s is None else CostModel.measured(entry["rows"], curve, draft_s)

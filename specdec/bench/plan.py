@@ -20,16 +20,17 @@ from specdec.errors import InvalidParameterError
 # engine step (`Engine.generate_steps`; peers still take whole rounds).
 INTERLEAVES = ("rounds", "steps")
 
-WORKLOADS = ("code", "sharegpt", "synthetic")
+WORKLOADS = ("code", "sharegpt", "synthetic", "edits")  # edits: `specdec.bench.edits`
 # Methods whose prompt length comes from the prompts themselves; synthetic prompts are cut
 # to each --prompt-lens value.
-NATURAL_LENGTH = ("code", "sharegpt")
+NATURAL_LENGTH = ("code", "sharegpt", "edits")
 PEERS = ("hf-generate", "hf-assisted", "llamacpp", "vllm")  # and vllm-draft-kN (`is_peer`)
 # Peers that decode one sequence at a time (transformers' assisted generation and
 # llama-cpp-python's high-level API): planned at batch 1 only.
 BATCH1_ONLY = ("hf-assisted", "llamacpp")
 _METHOD = re.compile(
-    r"^(plain|draft-k\d+|(draft|ngram|heads)-auto(-warm)?|ngram-k\d+|heads-k\d+|heads-tree|"
+    r"^(plain|draft-k\d+|(draft|ngram|heads|suffix)-auto(-warm)?|(ngram|suffix)-k\d+|heads-k\d+|"
+    r"heads-tree|"
     r"hf-generate|hf-assisted|llamacpp|vllm|vllm-draft-k\d+)$"
 )
 
@@ -160,7 +161,8 @@ def check_methods(methods: tuple[str, ...]) -> None:
     if bad:
         raise InvalidParameterError(
             f"unknown method(s) {', '.join(bad)}: use plain, draft-kN, draft-auto, ngram-auto, "
-            "ngram-kN, heads-kN, heads-auto, heads-tree, draft-auto-warm, ngram-auto-warm, "
+            "ngram-kN, suffix-auto, suffix-kN, heads-kN, heads-auto, heads-tree, draft-auto-warm, "
+            "ngram-auto-warm, "
             "heads-auto-warm, hf-generate, hf-assisted, llamacpp, vllm, vllm-draft-kN"
         )
     if "plain" not in methods:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec import data as workloads
-from specdec.bench import peers
+from specdec.bench import edits, peers
 from specdec.bench.costs import measure_costs
 from specdec.bench.plan import INTERLEAVES, Point, is_peer, vllm_draft_k
 from specdec.bench.turn_log import TurnLog, Turns
@@ -49,6 +49,7 @@ from specdec.distributed import shared_window
 from specdec.doctor import arithmetic
 from specdec.drafters import EagleDrafter, NgramDrafter
 from specdec.drafters.mlp_heads import SpeculatorDrafter
+from specdec.drafters.suffix import SuffixStore, suffix_factory
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.heads.eagle import EagleHead
@@ -210,6 +211,8 @@ class Runner:
             return [encode_prompt(tok, t, chat) for t in texts]
         if workload == "sharegpt":
             return [encode_prompt(tok, t, chat) for t in workloads.sharegpt_prompts(n, seed=0)]
+        if workload == "edits":
+            return [encode_prompt(tok, t, chat) for t in edits.edit_texts(n)]
         texts = None if self.synthetic_source == "sharegpt" else workloads.CODE_PROMPTS
         return [workloads.synthetic_prompt(tok, length, seed=i, texts=texts) for i in range(n)]
 
@@ -444,6 +447,8 @@ class Runner:
         else:
             if point.method.startswith("ngram"):
                 factory = _ngram_factory
+            elif point.method.startswith("suffix"):  # each run starts with an empty store
+                factory = suffix_factory(SuffixStore())
             else:
                 factory = llm.engine.drafter_factory
                 if factory is None:

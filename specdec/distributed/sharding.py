@@ -65,7 +65,7 @@ def check_tp_split(path, draft: str | None, dtype: str, tp: int) -> None:
     from specdec.hub import resolve
 
     check_divisible(ModelConfig.from_dir(path), tp)
-    if draft not in (None, "ngram"):
+    if draft not in (None, "ngram", "suffix"):
         check_divisible(ModelConfig.from_dir(resolve(draft, dtype)), tp)
 
 

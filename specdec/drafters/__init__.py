@@ -5,6 +5,7 @@ from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.eagle import EagleDrafter
 from specdec.drafters.mlp_heads import SpeculatorDrafter
 from specdec.drafters.ngram import NgramDrafter
+from specdec.drafters.suffix import SuffixDrafter, SuffixStore
 
 __all__ = [
     "DraftModelDrafter",
@@ -14,4 +15,6 @@ __all__ = [
     "NgramDrafter",
     "PassStates",
     "SpeculatorDrafter",
+    "SuffixDrafter",
+    "SuffixStore",
 ]

@@ -1,10 +1,10 @@
 """What a `draft` argument names: one parse, at construction, into a kind and its value.
 
-Kinds: `ngram` (prompt lookup), `model:NAME` (a draft model: registry name, HF directory
-or .gguf file sharing the target's tokenizer), `heads:DIR` (MLP speculator heads) and
-`eagle:DIR` (an eagle head). A bare word still works: `ngram`, a heads directory (its
-config.json says which kind) or a model name; a bare word that could mean two kinds is an
-error that names the spellings to choose from.
+Kinds: `ngram` (prompt lookup), `suffix` (suffix decoding over this and past requests),
+`model:NAME` (a draft model: registry name, HF directory or .gguf file sharing the target's
+tokenizer), `heads:DIR` (MLP speculator heads) and `eagle:DIR` (an eagle head). A bare word
+still works: `ngram`, a heads directory (its config.json says which kind) or a model name;
+a bare word that could mean two kinds is an error that names the spellings to choose from.
 
     >>> parse_draft("ngram")
     DraftSpec(kind='ngram', value=None)
@@ -22,7 +22,7 @@ from specdec.heads.eagle import is_eagle_dir
 from specdec.heads.mlp import is_speculator_dir
 
 # kind -> whether it takes a value (a name or a directory) after "kind:"
-KINDS = {"ngram": False, "model": True, "heads": True, "eagle": True}
+KINDS = {"ngram": False, "suffix": False, "model": True, "heads": True, "eagle": True}
 HEAD_KINDS = ("heads", "eagle")  # drafters that read the target's hidden states
 
 

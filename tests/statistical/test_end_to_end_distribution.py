@@ -24,6 +24,7 @@ from specdec.acceptors import Draft, RejectionSampler, Verdict
 from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.drafters.draft_vocab import prune_vocab_head
+from specdec.drafters.suffix import SuffixDrafter, SuffixStore
 from specdec.engine import Engine
 from specdec.params import SamplingParams
 
@@ -351,4 +352,41 @@ def test_biased_tree_rule_fails(models, tokenizer, plain_counts):
     engine = tree_engine(target, draft, tokenizer, IndependentChildrenLossy())
     value = homogeneity(plain_counts(TREE_CASE), sequences(engine, CASES[TREE_CASE], N, N_TREE))
     print("IndependentChildrenLossy", f"p = {value:.3g}")
+    assert value < FAIL
+
+
+# ---- the suffix drafter: point-mass drafts learnt from the earlier requests' samples -------
+
+SUFFIX_CASE = "top-k 3, 4 tokens"
+
+
+def suffix_engine(target, tokenizer, acceptor) -> Engine:
+    """k = 3 from one `SuffixStore` for the whole arm: each request drafts the most
+    frequent continuation of the requests that finished before it (a point mass)."""
+    store = SuffixStore()
+    return Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=MAX_BATCH,
+        drafter_factory=lambda b, n: SuffixDrafter(store, min_match=1),
+        acceptor=acceptor,
+        window=FixedWindow(3),
+    )
+
+
+def test_suffix_drafter_sampling_matches_plain_sampling(models, tokenizer, plain_counts):
+    spec = sequences(suffix_engine(models[0], tokenizer, RejectionSampler()), CASES[SUFFIX_CASE], N)
+    value = homogeneity(plain_counts(SUFFIX_CASE), spec)
+    print("suffix", f"p = {value:.3g}", f"acc {spec['acceptance']}")
+    assert value > PASS
+    assert 0.2 < spec["acceptance"] < 0.95  # drafts are accepted and rejected
+
+
+def test_suffix_drafter_with_a_biased_acceptor_fails(models, tokenizer, plain_counts):
+    spec = sequences(
+        suffix_engine(models[0], tokenizer, ResampleFromPLossy()), CASES[SUFFIX_CASE], N
+    )
+    value = homogeneity(plain_counts(SUFFIX_CASE), spec)
+    print("suffix, biased", f"p = {value:.3g}")
     assert value < FAIL

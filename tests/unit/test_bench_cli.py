@@ -390,3 +390,37 @@ def test_prefill_chunks_take_turns_inside_a_prefill(model_dir, tmp_path, monkeyp
     rows = [r for r in data["rows"] if r["status"] == "ok"]
     assert len(rows) == 2 and rows[1]["same_output_as_plain"] == 1.0
     assert "--prefill-chunk 8" in (out / "summary.md").read_text()
+
+
+def test_suffix_methods_run_and_match_plain(model_dir, tmp_path):
+    """suffix-kN and suffix-auto are our engines with a suffix drafter (a store per run):
+    rows measured, the same output as plain."""
+    out = tmp_path / "out"
+    args = ["--batches", "1", "--temperatures", "0", "--workloads", "code", "--repeats", "2"]
+    assert _bench(model_dir, out, *args, "--methods", "plain,suffix-k4,suffix-auto") == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert [r["method"] for r in rows] == ["plain", "suffix-k4", "suffix-auto"]
+    assert all(r["status"] == "ok" for r in rows)
+    assert all(r["same_output_as_plain"] == 1.0 for r in rows[1:])
+
+
+def test_edits_workload_edits_the_same_files_in_turn():
+    from specdec.bench import edits
+    from specdec.bench.plan import Preset, build_points
+
+    texts = edits.edit_texts(7)
+    names = [next(name for _, name, _ in edits.FILES if name in t) for t in texts]
+    assert names == ["lru_cache.py", "account.py", "word_count.py"] * 2 + ["lru_cache.py"]
+    for text, name in zip(texts, names, strict=True):
+        code = next(c for _, n, c in edits.FILES if n == name)
+        assert f"```python\n{code}```" in text  # the whole file, quoted
+    assert texts[0].split("\n")[0] != texts[3].split("\n")[0]  # the same file, a new edit
+    preset = Preset(
+        model="m", draft="d", workloads=("edits",), prompt_lens=(64,), batches=(1,),
+        temperatures=(0.0,), methods=("plain", "suffix-auto", "suffix-k16", "ngram-k8"),
+        max_tokens=8, prompts_per_point=6, curve_ks=(0,), repeats=1,
+    )  # fmt: skip
+    points = build_points(preset)
+    assert [(p.workload, p.prompt_len, p.window) for p in points] == [
+        ("edits", None, None), ("edits", None, "auto"), ("edits", None, 16), ("edits", None, 8)
+    ]  # fmt: skip

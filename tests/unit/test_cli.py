@@ -142,7 +142,7 @@ def test_speculative_json_has_spec_metrics_and_matches_plain(model_dir, capsys):
         assert key in s
 
 
-@pytest.mark.parametrize("draft", ["ngram", None])
+@pytest.mark.parametrize("draft", ["ngram", "suffix", None])
 def test_auto_window_and_compare(model_dir, capsys, draft):
     argv = [
         "generate",
@@ -197,6 +197,8 @@ def test_custom_acceptor_from_a_file(model_dir, capsys):
         (["--draft", "ngram", "--acceptor", "nope"], "unknown acceptor 'nope'"),
         (["--draft", "ngram", "--acceptor", "collections:OrderedDict"], "is not a TokenAcceptor"),
         (["--draft", "ngram", "--acceptor", "no_such_module:X"], "cannot load acceptor"),
+        (["--draft", "suffix", "--suffix-tokens", "-1"], r"budget must be 0\.\.4194304 tokens"),
+        (["--draft", "suffix", "--suffix-tokens", "9999999"], "got 9999999"),
     ],
 )
 def test_bad_speculation_options(model_dir, capsys, extra, message):
