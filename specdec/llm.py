@@ -56,6 +56,7 @@ from specdec.models.loading import load_transformer
 from specdec.models.quant import QUANTS, quantize, with_decode_stack
 from specdec.models.static_pass import use_static_passes
 from specdec.speculator.eagle import is_eagle_dir, load_eagle
+from specdec.speculator.eagle3 import is_eagle3_dir, load_eagle3
 from specdec.speculator.model import is_speculator_dir, load_speculator
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
@@ -151,7 +152,9 @@ class LLM:
         self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
         if draft_tp not in (1, tp):
             raise InvalidParameterError(f"draft_tp must be 1 or tp ({tp}), got {draft_tp}")
-        heads = draft is not None and (is_speculator_dir(draft) or is_eagle_dir(draft))
+        heads = draft is not None and (
+            is_speculator_dir(draft) or is_eagle_dir(draft) or is_eagle3_dir(draft)
+        )
         if draft_tp > 1 and heads:
             raise InvalidParameterError(
                 "speculator heads are replicated on every rank (they are small): "
@@ -284,9 +287,25 @@ class LLM:
             **self.engine_options,
         )
 
+    def _eagle3_factory(self, draft: str, device: str):
+        """An EAGLE-3 head (vLLM's layout) drafting from the target's layer inputs, which
+        the eager passes hand over (the fixed-shape ones keep none: off with this head)."""
+        from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
+
+        if self.learning:
+            raise InvalidParameterError("--learn does not train eagle3 heads yet")
+        self.eagle = load_eagle3(draft, self.model, self.model.dtype, device)
+        attach_aux_layers(self.model, self.eagle)
+        self.engine_options["static_passes"] = False
+        return lambda max_batch, max_len: Eagle3Drafter(
+            self.eagle, max_batch, max_len, self.tree, self.n_candidates
+        )
+
     def _drafter_factory(self, draft: str, dtype: str, device: str, quant: str):
         if draft == "ngram":
             return lambda max_batch, max_len: NgramDrafter()
+        if is_eagle3_dir(draft):
+            return self._eagle3_factory(draft, device)
         if is_eagle_dir(draft):
             head = load_eagle(draft, self.model, self.model.dtype, device)
             if self.learning:  # the learner trains this form: for_drafting works in place
