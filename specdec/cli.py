@@ -103,10 +103,16 @@ def _train_speculator_args(sub) -> None:
     )
     p.add_argument(
         "--kind",
-        choices=["mlp", "eagle"],
+        choices=["mlp", "eagle", "eagle3"],
         default="mlp",
-        help="mlp: MLP speculator heads (the vLLM / fms-extras layout); eagle: one decoder "
-        "layer over the target's states at every position (specdec's own files)",
+        help="mlp: MLP speculator heads (the fms-extras layout); eagle: one decoder "
+        "layer over the target's states at every position (specdec's own files); eagle3: "
+        "EAGLE-3's layer over three target layers, in vLLM's llama_eagle3 layout",
+    )
+    p.add_argument(
+        "--eagle3-layers",
+        default=None,
+        help="eagle3: the three target layers read, e.g. 2,12,21 (default: vLLM's 2,L/2,L-3)",
     )
     p.add_argument(
         "--eagle-intermediate",
@@ -376,6 +382,18 @@ def cmd_bench_serve(args) -> None:
     print(loadgen.format_table(rows))
 
 
+def _layer_ids(text: str | None) -> tuple[int, ...] | None:
+    """`--eagle3-layers 2,12,21` -> (2, 12, 21)."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError as err:
+        raise InvalidParameterError(
+            f"--eagle3-layers: comma-separated integers, got {text!r}"
+        ) from err
+
+
 def cmd_train_speculator(args) -> None:
     import torch
 
@@ -392,6 +410,7 @@ def cmd_train_speculator(args) -> None:
         heads=args.heads,
         kind=args.kind,
         eagle_intermediate=args.eagle_intermediate,
+        eagle3_layers=_layer_ids(args.eagle3_layers),
         stage1_steps=args.stage1_steps,
         stage1_data_steps=args.stage1_data_steps,
         stage1_labels=args.stage1_labels,

@@ -637,7 +637,7 @@ class Engine:
             target_probs = request_probs(out.logits, params)  # [B, k+1, V]
             verdict = self.acceptor(draft, target_probs, generators)
         cache.truncate(start + 1 + verdict.num_accepted.cpu())
-        return verdict, PassStates(tokens, out.hidden, 1 + verdict.num_accepted)
+        return verdict, PassStates(tokens, out.hidden, 1 + verdict.num_accepted, aux=out.aux)
 
     def _verify_tree(self, live, cache, draft: TreeDraft, params, generators):
         """The root (last committed token) and every tree node in one pass with a tree mask.
@@ -677,8 +677,11 @@ class Engine:
         verdict = Verdict(tokens.to(device), accepted.to(device))
         H = out.hidden.shape[-1]
         kept = out.hidden.gather(1, index.to(device)[..., None].expand(-1, -1, H))  # [B, 1+d, H]
+        aux = None  # [B, 1+d, k*H] the path's auxiliary states, where the target gives them
+        if out.aux is not None:
+            aux = out.aux.gather(1, index.to(device)[..., None].expand(-1, -1, out.aux.shape[-1]))
         path_tokens = torch.cat([last, tokens[:, :d].to(device)], 1)  # [B, 1+d]
-        return verdict, PassStates(path_tokens, kept, 1 + accepted.to(device))
+        return verdict, PassStates(path_tokens, kept, 1 + accepted.to(device), aux=aux)
 
     def _prefill_passes(
         self, seqs: list[LiveSequence], first_row: int
@@ -704,7 +707,7 @@ class Engine:
         feed = [p[n:] for p, n in zip(prompts, reused, strict=True)]
         tokens, lengths = right_pad(feed, self.model.device)  # [B, T] device, [B] host
         last = lengths - 1  # [B] each row's last position
-        hidden, logits = [], None
+        hidden, aux, logits = [], [], None
         try:
             for start, stop, num_new in pass_spans(lengths, self.prefill_chunk):
                 if start:
@@ -717,6 +720,7 @@ class Engine:
                     first_row=first_row,
                 )
                 hidden.append(out.hidden)
+                aux.append(out.aux)
                 if logits is None:
                     logits = out.logits  # [B, 1, V]
                 else:  # the rows whose last position this pass holds
@@ -727,10 +731,11 @@ class Engine:
                 self._cache.reset_row(first_row + i)
             raise
         hidden = hidden[0] if len(hidden) == 1 else torch.cat(hidden, 1)  # [B, T, H]
+        aux = None if aux[0] is None else torch.cat(aux, 1)  # [B, T, k*H]
         probs = request_probs(logits, [s.params for s in seqs])
         draft = Draft.empty(len(seqs), self.model.device)
         verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
-        states = PassStates(tokens, hidden, lengths.to(hidden.device), first_row)
+        states = PassStates(tokens, hidden, lengths.to(hidden.device), first_row, aux)
         if self.prefix_cache is not None:
             for i, p in enumerate(prompts):
                 self.prefix_cache.save(self._cache, first_row + i, p)

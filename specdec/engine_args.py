@@ -38,8 +38,8 @@ class EngineArgs:
     model: str = _opt(None, "registry name, HF directory or .gguf file")
     draft: str | None = _opt(
         None,
-        "the drafter: ngram | suffix | model:NAME | heads:DIR | eagle:DIR (a bare model name or "
-        "heads directory works too)",
+        "the drafter: ngram | suffix | model:NAME | heads:DIR | eagle:DIR | eagle3:DIR (a bare "
+        "model name or heads directory works too)",
     )
     suffix_tokens: int = _opt(
         DEFAULT_STORE_TOKENS,

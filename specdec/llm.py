@@ -252,6 +252,7 @@ class LLM:
             "model": self._draft_model_drafter,
             "heads": self._heads_drafter,
             "eagle": self._eagle_drafter,
+            "eagle3": self._eagle3_drafter,
         }[spec.kind]
         return build(spec.value, dtype, device, quant)
 
@@ -277,6 +278,21 @@ class LLM:
             self.tree,
             self.n_candidates,
             learner=self.learner,
+        )
+
+    def _eagle3_drafter(self, draft: str, dtype: str, device: str, quant: str):
+        """An EAGLE-3 head (vLLM's layout) drafting from the target's layer inputs, which
+        the eager passes hand over (the fixed-shape ones keep none: off with this head)."""
+        from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
+        from specdec.heads.eagle3 import load_eagle3
+
+        if self.learning:
+            raise InvalidParameterError("--learn does not train eagle3 heads yet")
+        self.eagle = load_eagle3(draft, self.model, self.model.dtype, device)
+        attach_aux_layers(self.model, self.eagle)
+        self.engine_options["static_passes"] = False
+        return lambda max_batch, max_len: Eagle3Drafter(
+            self.eagle, max_batch, max_len, self.tree, self.n_candidates
         )
 
     def _heads_drafter(self, draft: str, dtype: str, device: str, quant: str):

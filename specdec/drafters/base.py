@@ -92,6 +92,9 @@ class PassStates:
     hidden: torch.Tensor  # [B, T, H] the target's final-normed state at each
     lengths: torch.Tensor  # [B] kept positions per row (>= 1), on hidden's device
     first_row: int = 0
+    # [B, T, k*H] the inputs of the target's `aux_layers` at each (EAGLE-3 heads read
+    # them), or None where the target was asked for none
+    aux: torch.Tensor | None = None
 
     @property
     def last(self) -> torch.Tensor:
@@ -102,7 +105,10 @@ class PassStates:
     def select(self, rows: list[int], first_row: int) -> PassStates:
         """Only `rows` (indices into this batch), renumbered from `first_row`."""
         index = torch.tensor(rows, dtype=torch.long, device=self.hidden.device)
-        return PassStates(self.tokens[index], self.hidden[index], self.lengths[index], first_row)
+        aux = None if self.aux is None else self.aux[index]
+        return PassStates(
+            self.tokens[index], self.hidden[index], self.lengths[index], first_row, aux
+        )
 
 
 class DrafterBase:

@@ -85,9 +85,9 @@ class EagleDrafter(DrafterBase):
         self.n_predict = c.n_predict
         if tree is not None:
             tree, n_candidates = check_tree(tree, c.n_predict, n_candidates)
-            if max(tree) > c.vocab_size:
+            if max(tree) > len(head.vocab_map):
                 raise InvalidParameterError(
-                    f"tree {tree}: top-k at most the head's {c.vocab_size} draft ids"
+                    f"tree {tree}: top-k at most the head's {len(head.vocab_map)} draft ids"
                 )
         self.tree, self.n_candidates, self.sampled_tree = tree, n_candidates, sampled_tree
         # Position max_len is the static passes' scratch slot: no span reaches it.
@@ -114,6 +114,10 @@ class EagleDrafter(DrafterBase):
     def use_prefix_cache(self, store: PrefixCache) -> None:
         self.store = store
 
+    def _features(self, states: PassStates) -> torch.Tensor:
+        """`[B, T, F]`: what this head reads of a pass (the final states)."""
+        return states.hidden
+
     @staticmethod
     def _as_cache(states: torch.Tensor) -> SimpleNamespace:
         """`states [n, E]` as one row of a one-layer cache: what `PrefixCache` copies
@@ -129,7 +133,7 @@ class EagleDrafter(DrafterBase):
         """Queue the stored states of the first `reused` prompt positions of a new row
         (as many as the store holds; a shorter run leaves a gap the head skips over) and
         store the prompt's states once they are all known."""
-        E = self.head.config.hidden_size
+        E = self.head.feature_size
         prompt = self.history[row][:-1]
         found = torch.empty(reused, E, dtype=self.k.dtype, device=self.k.device)
         got = 0
@@ -175,7 +179,7 @@ class EagleDrafter(DrafterBase):
         for i, n in enumerate(lengths):
             row = states.first_row + i
             after = tokens[i][1:n] + [self.last[row]]
-            self.pending_states[row].append(states.hidden[i, :n].clone())
+            self.pending_states[row].append(self._features(states)[i, :n].clone())
             self.pending_tokens[row].extend(after)
             if self.admitted[row]:  # the prefill: it lacks the positions a stored prefix gave
                 self.admitted[row] = False
@@ -285,8 +289,8 @@ class EagleDrafter(DrafterBase):
         mask = (seen < lengths[:, None]) | (seen >= span)  # [B, span + own]
         mask = mask.repeat_interleave(W, 0)[:, None, None]  # [BW, 1, 1, span + own]
         out = head.attend(q, keys(self.k, chain[0]), keys(self.v, chain[1]), mask=mask)
-        state = head.finish(x.reshape(B * W, 1, E) + out)  # [BW, 1, E]
-        return state.reshape(B, W, E), chain
+        state = head.after_attention(x.reshape(B * W, 1, E), out)  # [BW, 1, S]
+        return state.reshape(B, W, -1), chain
 
     def _feed_pending(self) -> torch.Tensor:
         """One ragged pass over every row's pending entries; `[B, E]` the head's state
@@ -294,7 +298,7 @@ class EagleDrafter(DrafterBase):
         B, dtype = self.rows, self.k.dtype
         counts = torch.tensor([len(t) for t in self.pending_tokens], dtype=torch.long)
         T = int(counts.max())
-        E = self.head.config.hidden_size
+        E = self.head.feature_size
         feats = torch.zeros(B, T, E, dtype=dtype, device=self.k.device)
         nexts = torch.zeros(B, T, dtype=torch.long, device=self.k.device)
         for row in range(B):
@@ -302,7 +306,7 @@ class EagleDrafter(DrafterBase):
             feats[row, :n] = torch.cat(self.pending_states[row]).to(dtype)
             nexts[row, :n] = torch.tensor(self.pending_tokens[row])
             self.pending_states[row], self.pending_tokens[row] = [], []
-        x = self.head.inputs(nexts, feats)  # [B, T, E]
+        x = self.head.entries(nexts, feats)  # [B, T, E]
         state = self._step(x, counts, self.lengths[:B])
         self.lengths[:B] += counts
         return state
@@ -341,7 +345,7 @@ class EagleDrafter(DrafterBase):
             self.v[:B, :, :span],
             mask=mask[:, None, None].to(x.device),
         )  # [B, 1, E]
-        return head.finish(x[at][:, None] + out)[:, 0]
+        return head.after_attention(x[at][:, None], out)[:, 0]
 
     def commit(self, num_accepted, next_tokens) -> None:
         """The speculative entries go (the accepted drafts' true states come next, with

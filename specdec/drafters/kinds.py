@@ -2,7 +2,8 @@
 
 Kinds: `ngram` (prompt lookup), `suffix` (suffix decoding over this and past requests),
 `model:NAME` (a draft model: registry name, HF directory or .gguf file sharing the target's
-tokenizer), `heads:DIR` (MLP speculator heads) and `eagle:DIR` (an eagle head). A bare word
+tokenizer), `heads:DIR` (MLP speculator heads), `eagle:DIR` (an eagle head) and `eagle3:DIR` (an
+EAGLE-3 head in vLLM's layout). A bare word
 still works: `ngram`, a heads directory (its config.json says which kind) or a model name;
 a bare word that could mean two kinds is an error that names the spellings to choose from.
 
@@ -19,11 +20,14 @@ from pathlib import Path
 
 from specdec.errors import InvalidParameterError
 from specdec.heads.eagle import is_eagle_dir
+from specdec.heads.eagle3 import is_eagle3_dir
 from specdec.heads.mlp import is_speculator_dir
 
 # kind -> whether it takes a value (a name or a directory) after "kind:"
-KINDS = {"ngram": False, "suffix": False, "model": True, "heads": True, "eagle": True}
-HEAD_KINDS = ("heads", "eagle")  # drafters that read the target's hidden states
+KINDS = {
+    "ngram": False, "suffix": False, "model": True, "heads": True, "eagle": True, "eagle3": True,
+}
+HEAD_KINDS = ("heads", "eagle", "eagle3")  # drafters that read the target's hidden states
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ def _heads_kind(path: Path) -> str | None:
         return None
     if is_eagle_dir(path):
         return "eagle"
+    if is_eagle3_dir(path):
+        return "eagle3"
     if is_speculator_dir(path):
         return "heads"
     return None
@@ -93,5 +99,5 @@ def _check_dir(kind: str, value: str) -> None:
         raise InvalidParameterError(f"draft {kind}:{value}: that directory holds {found} heads")
     if found is None and path.is_dir() and (path / "config.json").exists():
         raise InvalidParameterError(
-            f"draft {kind}:{value}: its config.json describes neither MLP heads nor an eagle head"
+            f"draft {kind}:{value}: its config.json describes no heads (MLP, eagle or EAGLE-3)"
         )

@@ -204,6 +204,20 @@ class EagleHead(nn.Module):
         B, _, T, _ = out.shape
         return self.o(out.transpose(1, 2).reshape(B, T, -1))
 
+    def entries(self, tokens_next: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        """Layer inputs of true positions from what a target pass hands over (the final
+        states; an EAGLE-3 head combines three states here)."""
+        return self.inputs(tokens_next, feats)
+
+    @property
+    def feature_size(self) -> int:
+        """Width of what a target pass hands the head per position."""
+        return self.config.hidden_size
+
+    def after_attention(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The residual and `finish`: entries and the attention output -> f^."""
+        return self.finish(x + attn)
+
     def finish(self, h: torch.Tensor) -> torch.Tensor:
         """The MLP block and the final norm: the residual stream `[.., E]` -> f^."""
         gate, up = self.gate_up(self.norm2(h)).chunk(2, -1)

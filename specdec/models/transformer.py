@@ -28,6 +28,9 @@ from specdec.models.kv_cache import KVCache
 class ForwardOutput:
     logits: torch.Tensor  # [B, n, V] float32, at the requested positions
     hidden: torch.Tensor  # [B, T, H] final-normed hidden states of every new position
+    # [B, T, k*H]: the inputs of layers `Transformer.aux_layers` (k of them, concatenated
+    # in that order) at every new position, for EAGLE-3 heads; None when none are asked
+    aux: torch.Tensor | None = None
 
 
 def right_pad(
@@ -221,6 +224,11 @@ class Transformer(nn.Module):
         # first bucket captured races them and sets the winner here. `--no-fused-layers`
         # sets "eager".
         self.layer_stack: str | None = None
+        # The layers whose inputs (the residual stream before them, vLLM's "auxiliary
+        # hidden states": id 0 is the embedding) `forward` also returns, as `aux`; set by
+        # an EAGLE-3 drafter's owner (`specdec.heads.eagle3`). Empty: none, and the
+        # layer loop is the plain one.
+        self.aux_layers: tuple[int, ...] = ()
 
     @property
     def device(self) -> torch.device:
@@ -297,10 +305,12 @@ class Transformer(nn.Module):
         if mask is not None:
             mask = mask.to(device, non_blocking=True)
 
-        hidden = self.run_layers(tokens, cache, rows, cos, sin, write, span, mask)  # [B, T, H]
+        aux = [] if self.aux_layers else None
+        hidden = self.run_layers(tokens, cache, rows, cos, sin, write, span, mask, aux)  # [B, T, H]
         cache.advance(num_new, rows)
         index = None if logits_at is None else logits_at.to(device)
-        return ForwardOutput(logits=self.head(hidden, index), hidden=hidden)
+        logits = self.head(hidden, index)
+        return ForwardOutput(logits, hidden, None if aux is None else torch.cat(aux, -1))
 
     def run_layers(
         self,
@@ -312,16 +322,35 @@ class Transformer(nn.Module):
         write: tuple[torch.Tensor, torch.Tensor],  # row index [B, 1], slot index [B, T]
         span: int,
         mask: torch.Tensor | None,  # [B, 1, T, span] bool
+        aux: list[torch.Tensor] | None = None,  # receives the inputs of `aux_layers`
     ) -> torch.Tensor:  # [B, T, H] final-normed
         """The decoder stack on prepared positions, write slots and mask: shared by
         `forward` and the fixed-shape passes of `specdec.graphs.static_pass`, which build
-        those inputs on the device from preallocated buffers."""
+        those inputs on the device from preallocated buffers. With a list as `aux`, the
+        input of each layer in `aux_layers` is appended to it, in that order (the native
+        decode stack runs the layers in one call and hands out no inputs: not used then)."""
         x = self.embed_tokens(tokens)
         stack = self.decode_stack
+        if aux is not None:
+            return self._run_layers_aux(x, cache, rows, cos, sin, write, span, mask, aux)
         if stack is not None and stack.takes(tokens.numel()):
             return self.norm(stack.run(x, cache, rows, cos, sin, write[1], span, mask))
         for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
             x = layer(x, cos, sin, k_cache[rows], v_cache[rows], write, span, mask)
+        return self.norm(x)
+
+    def _run_layers_aux(self, x, cache, rows, cos, sin, write, span, mask, aux):
+        """`run_layers`' loop, keeping the inputs of `aux_layers` (by reference: each
+        layer returns a new tensor, so no copy is needed)."""
+        inputs = {}
+        wanted = set(self.aux_layers)
+        for i, (layer, k_cache, v_cache) in enumerate(
+            zip(self.layers, cache.k, cache.v, strict=True)
+        ):
+            if i in wanted:
+                inputs[i] = x
+            x = layer(x, cos, sin, k_cache[rows], v_cache[rows], write, span, mask)
+        aux.extend(inputs[i] for i in self.aux_layers)
         return self.norm(x)
 
     def head(self, hidden: torch.Tensor, logits_at: torch.Tensor | None) -> torch.Tensor:

@@ -41,6 +41,13 @@ import torch.nn.functional as F
 
 from specdec.errors import InvalidParameterError, ModelNotFoundError
 from specdec.heads.eagle import EagleHead, build_eagle, load_eagle
+from specdec.heads.eagle3 import (
+    Eagle3Head,
+    build_eagle3,
+    check_aux_layers,
+    default_aux_layers,
+    load_eagle3,
+)
 from specdec.heads.mlp import MLPSpeculator, build_speculator, load_speculator
 from specdec.params import SamplingParams
 
@@ -49,7 +56,9 @@ ROLES |= {"bing": "assistant", "bard": "assistant", "assistant": "assistant", "s
 
 
 STAGE1_LABELS = ("text", "target")
-KINDS = ("mlp", "eagle")  # MLP heads (`model`) or one decoder layer over the states (`eagle`)
+# MLP heads (`model`), one decoder layer over the final states (`eagle`), or EAGLE-3's layer
+# over three layers' inputs, in vLLM's layout (`eagle3`)
+KINDS = ("mlp", "eagle", "eagle3")
 EAGLE_NOISE = 0.1  # uniform noise on an eagle head's input states, x their RMS (EAGLE-1)
 
 
@@ -59,6 +68,8 @@ class TrainConfig:
     kind: str = "mlp"  # "mlp" heads or an "eagle" head (`specdec.heads.eagle`)
     eagle_intermediate: int | None = None  # the eagle layer's MLP width (None: the target's)
     eagle_cls_weight: float = 0.1  # eagle loss: state regression + this x cross-entropy
+    # eagle3: the target layers whose inputs the head reads (None: vLLM's (2, L//2, L-3))
+    eagle3_layers: tuple[int, ...] | None = None
     stage1_steps: int = 1000  # teacher-forced steps on ground-truth text
     # Steps of fresh text (None: all of them). Their target states are cached on disk and
     # later stage-1 steps cycle over them: a heads-only step costs a small fraction of the
@@ -114,6 +125,15 @@ class TrainConfig:
         check(self.checkpoint_every >= 1 and self.log_every >= 1, "intervals must be >= 1")
         check(self.stage2_max_tokens >= self.heads + 1, "stage2_max_tokens must exceed heads")
         check(self.eval_max_tokens >= self.heads + 1, "eval_max_tokens must exceed heads")
+        check(
+            self.kind != "eagle3" or self.stage1_labels == "text",
+            "an eagle3 head learns stage 1 from the text (--stage1-labels text); stage 2 "
+            "teaches it the target's own choices",
+        )
+        check(
+            self.eagle3_layers is None or (self.kind == "eagle3" and len(self.eagle3_layers) == 3),
+            "eagle3_layers: three layer ids, with kind eagle3",
+        )
 
     @property
     def pool_size(self) -> int:
@@ -356,6 +376,37 @@ def eagle_losses(
     return total, HeadMetrics(float(total.detach()), losses, accs, count)
 
 
+def eagle3_losses(
+    head: Eagle3Head,
+    aux: torch.Tensor,  # [B, T, 3H] the target's auxiliary states
+    tokens: torch.Tensor,  # [B, T] target ids
+    valid: torch.Tensor,  # [B, T] bool: positions that hold real tokens
+    labels: torch.Tensor | None = None,  # [B, T] what to predict at each position (tokens)
+    steps: int = 3,
+) -> tuple[torch.Tensor, HeadMetrics]:
+    """Sum over draft steps 1..steps of the cross-entropy of the token each predicts
+    (EAGLE-3 drops EAGLE's state regression: the head predicts tokens, and its state is its
+    own). Step s at position p predicts token p+2 from a chain whose newest true state is
+    at p-s+1, the later steps entering the head's own earlier states (`Eagle3Head.unrolled`:
+    the training-time test)."""
+    N = head.config.draft_vocab_size
+    labels = tokens if labels is None else labels
+    B, T, _ = aux.shape
+    positions = torch.arange(T - 1, device=aux.device)[None].expand(B, -1)
+    preds = head.unrolled(tokens[:, 1:], aux[:, :-1].float(), positions, steps)  # [B, T-1, H]
+    total, losses, accs, count = 0.0, [], [], 0
+    for i, pred in enumerate(preds):  # step i+1: positions p >= i
+        target = head.to_draft[labels[:, i + 2 :]]  # [B, T-2-i] token p+2 as a draft id
+        ok = valid[:, i + 2 :] & (target < N)
+        scores = head.logits(pred[:, i:-1])[ok].float()  # [M, N]
+        cls = F.cross_entropy(scores, target[ok]) if len(scores) else scores.sum()
+        total = total + cls
+        losses.append(float(cls.detach()))
+        accs.append(float((scores.argmax(-1) == target[ok]).float().mean()) if len(scores) else 0)
+        count = max(count, int(ok.sum()))
+    return total, HeadMetrics(float(total.detach()), losses, accs, count)
+
+
 def walked_windows(run: torch.Tensor) -> tuple[int, int]:
     """(tokens, passes) of the engine's own walk over a segment: `run [L, n]` says, per
     start position, whether drafts 0..i of a chain from there were all right. The first
@@ -444,7 +495,8 @@ class TargetStates:
         )
         count = B * T if lengths is None else int(lengths.sum())
         self.throughput.add("target", count, time.perf_counter() - started)
-        return out.hidden  # [B, T, E]
+        # [B, T, E]; [B, T, 3E] where the target hands over layer inputs (eagle3 heads)
+        return out.hidden if out.aux is None else out.aux
 
 
 @torch.no_grad()
@@ -489,6 +541,12 @@ class SpeculatorTrainer:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.eos_ids = eos_ids
+        # The states the heads read: for eagle3 the inputs of its layers, else the final ones.
+        self.target.aux_layers = ()
+        if cfg.kind == "eagle3":
+            layers = cfg.eagle3_layers or default_aux_layers(target.config.num_layers)
+            check_aux_layers(tuple(layers), target.config.num_layers)
+            self.target.aux_layers = tuple(layers)
         self.throughput = Throughput()
         self.states = TargetStates(target, self.throughput)
         order = document_order(len(corpus), cfg.seed)
@@ -519,7 +577,7 @@ class SpeculatorTrainer:
         if not (self.ckpt / "state.json").is_file():
             return None
         state = json.loads((self.ckpt / "state.json").read_text())
-        load = load_eagle if self.cfg.kind == "eagle" else load_speculator
+        load = {"eagle": load_eagle, "eagle3": load_eagle3}.get(self.cfg.kind, load_speculator)
         spec = load(self.ckpt / "speculator", self.target, torch.float32, self.device)
         weights = torch.load(self.ckpt / "weights.pt", weights_only=True, map_location=self.device)
         spec.load_state_dict(weights)
@@ -532,6 +590,11 @@ class SpeculatorTrainer:
             torch.manual_seed(cfg.seed)
             if cfg.kind == "eagle":
                 spec = build_eagle(self.target, vocab, cfg.eagle_intermediate, cfg.heads)
+                return spec.to(self.device).train()
+            if cfg.kind == "eagle3":
+                spec = build_eagle3(
+                    self.target, vocab, cfg.eagle_intermediate, cfg.heads, self.target.aux_layers
+                )
                 return spec.to(self.device).train()
             spec = build_speculator(
                 self.target,
@@ -605,7 +668,11 @@ class SpeculatorTrainer:
             if bar is not None:
                 bar.update(1)
                 acc = "/".join(f"{a:.2f}" for a in m.acc_per_head)
-                bar.set_postfix(loss=f"{m.loss:.3f}", acc=acc, **self.throughput.postfix())
+                # positions trained per wall second (the target's passes included)
+                pos = f"{_si(seen / max(1e-9, time.perf_counter() - t0))}/s"
+                bar.set_postfix(
+                    loss=f"{m.loss:.3f}", acc=acc, positions=pos, **self.throughput.postfix()
+                )
             if done % self.cfg.log_every == 0 or done == steps:
                 rate = seen / max(1e-9, time.perf_counter() - t0)
                 self._log(
@@ -626,9 +693,11 @@ class SpeculatorTrainer:
     def _losses(self, spec, hidden, tokens, valid, labels, stage: int, step: int):
         """The step's loss and metrics; an eagle head's input noise is seeded by the run's
         seed, stage and step, so a resumed run draws what an uncut one would."""
+        cfg = self.cfg
+        if isinstance(spec, Eagle3Head):
+            return eagle3_losses(spec, hidden, tokens, valid, labels, cfg.heads)
         if not isinstance(spec, EagleHead):
             return head_losses(spec, hidden, tokens, valid, labels)
-        cfg = self.cfg
         noise = torch.Generator(hidden.device)
         noise.manual_seed(cfg.seed * 1_000_003 + stage * 100_003 + step)
         return eagle_losses(
@@ -847,7 +916,7 @@ class SpeculatorTrainer:
         """`[L, n]`: whether draft i of a chain from segment position t (its newest state)
         is the token at t + i + 2, given true tokens before it (what greedy verification
         checks when drafts 0..i-1 were right)."""
-        if isinstance(spec, EagleHead):  # step i at position t + i of the unrolled passes
+        if isinstance(spec, EagleHead | Eagle3Head):  # step i at t + i of the unrolled passes
             S = len(tokens)
             positions = torch.arange(S - 1, device=hidden.device)[None]
             steps = spec.unrolled(
@@ -868,6 +937,7 @@ class SpeculatorTrainer:
         from specdec.acceptors import GreedyAcceptor
         from specdec.cost_model import FixedWindow
         from specdec.drafters.eagle import EagleDrafter
+        from specdec.drafters.eagle3 import Eagle3Drafter
         from specdec.drafters.mlp_heads import SpeculatorDrafter
         from specdec.engine import Engine
 
@@ -880,7 +950,9 @@ class SpeculatorTrainer:
             self.eos_ids,
             max_batch=self.cfg.gen_batch,
             drafter_factory=lambda b, length: (
-                EagleDrafter(spec, b, length)
+                Eagle3Drafter(spec, b, length)
+                if isinstance(spec, Eagle3Head)
+                else EagleDrafter(spec, b, length)
                 if isinstance(spec, EagleHead)
                 else SpeculatorDrafter(spec, b, self.device)
             ),

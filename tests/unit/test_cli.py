@@ -363,3 +363,29 @@ def test_generate_with_an_eagle_head(model_dir, tmp_path, capsys):
     tree = ["--draft", str(tmp_path / "eagle"), "--tree", "2,2", "--speculate", "2"]
     code, out, _ = _run(capsys, *base, *tree)
     assert code == 0 and json.loads(out)["token_ids"] == json.loads(plain)["token_ids"]
+
+
+def test_generate_with_an_eagle3_head_in_vllms_layout(model_dir, tmp_path, capsys):
+    """`--draft EAGLE3_DIR` (vLLM's `llama_eagle3` layout) drafts chains and trees with
+    the target's output; a head whose `d2t` leaves the vocabulary is refused in one line."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from specdec.heads.eagle3 import build_eagle3
+    from specdec.models.loading import load_transformer
+
+    target = load_transformer(model_dir, "fp32")
+    head = build_eagle3(target, torch.arange(0, 97, 2), 32, n_predict=2, aux_layer_ids=(0, 1, 1))
+    head.save(tmp_path / "eagle3")
+    base = ["generate", "--model", str(model_dir), "--dtype", "fp32", "--json"]
+    base += ["--max-tokens", "12", "--ignore-eos", "abcabcabc"]
+    _, plain, _ = _run(capsys, *base)
+    for extra in (["--speculate", "3"], ["--speculate", "auto"], ["--tree", "2,2"]):
+        code, out, _ = _run(capsys, *base, "--draft", str(tmp_path / "eagle3"), *extra)
+        assert code == 0 and json.loads(out)["token_ids"] == json.loads(plain)["token_ids"]
+    tensors = load_file(tmp_path / "eagle3" / "model.safetensors")
+    tensors["d2t"][-1] = 1000
+    save_file(tensors, tmp_path / "eagle3" / "model.safetensors")
+    code, out, err = _run(capsys, *base, "--draft", str(tmp_path / "eagle3"))
+    assert code == 2 and "d2t maps draft id 48 to target id 1048" in err
+    assert "Traceback" not in err

@@ -39,7 +39,7 @@ def test_kinds_spelled_out_and_bare(tmp_path):
         ("ngram:3", "takes no value"),
         ("heads:", "names no heads"),
         ("eagle:{mlp}", "holds heads heads"),
-        ("heads:{plain}", "neither MLP heads nor an eagle head"),
+        ("heads:{plain}", "describes no heads"),
         ("ngram", "ambiguous"),
     ],
 )

@@ -163,7 +163,7 @@ def _run_cut_after_25_steps(target, tok, docs, out, cfg, monkeypatch):
     """A run into `out` that crashes in its 26th step (the heads' loss raising), as a kill
     would; the real loss is back in place when it returns."""
     calls = {"n": 0}
-    name = "eagle_losses" if cfg.kind == "eagle" else "head_losses"
+    name = {"eagle": "eagle_losses", "eagle3": "eagle3_losses"}.get(cfg.kind, "head_losses")
     real = getattr(train_mod, name)
 
     def crash_at_step_25(*args):

@@ -1,0 +1,103 @@
+"""Greedy output with an EAGLE-3 head drafting (chains and trees, rows joining mid-run) is
+exactly plain greedy's in fp32, and a head fitted to the target keeps drafts."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdec.acceptors import GreedyAcceptor, RejectionSampler
+from specdec.cost_model import FixedWindow
+from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
+from specdec.engine import Engine
+from specdec.heads.eagle3 import build_eagle3
+from specdec.params import SamplingParams
+
+from tiny import hf_tiny, native_from_hf, staggered
+
+PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 8, 7, 7, 8, 7]]
+N = 25
+
+
+@pytest.fixture(scope="module")
+def setup(tokenizer):
+    """(target, plain greedy outputs, params, a head fitted to them). One thread, as the
+    tests run (module fixtures come before conftest's per-test setting; two threads on a
+    loaded 2-vCPU host made this fit take minutes)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _fitted(tokenizer)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fitted(tokenizer):
+    target = native_from_hf(hf_tiny("qwen2", num_hidden_layers=4))
+    params = SamplingParams(temperature=0, max_tokens=N)
+    refs = [c.token_ids for c in Engine(target, tokenizer, frozenset()).generate(PROMPTS, params)]
+    torch.manual_seed(0)
+    head = build_eagle3(target, intermediate_size=64, n_predict=4, aux_layer_ids=(1, 2, 3))
+    attach_aux_layers(target, head)
+    seqs = [torch.tensor([p + r]) for p, r in zip(PROMPTS, refs, strict=True)]
+    with torch.no_grad():
+        data = []
+        for s in seqs:
+            out = target(s, target.new_cache(1, s.shape[1] + 1))
+            data.append((s, out.aux, out.logits.argmax(-1)[0]))  # the target's choices
+    opt = torch.optim.Adam(head.parameters(), lr=3e-3)
+    for _ in range(80):
+        loss = 0
+        for s, aux, labels in data:
+            T = s.shape[1] - 1
+            preds = head.unrolled(s[:, 1:], aux[:, :-1], torch.arange(T)[None], 2)
+            for step, p in enumerate(preds):  # step i+1 at p predicts the choice after p+1
+                logits = head.logits(p[0, step : T - 1])
+                loss = loss + F.cross_entropy(logits, labels[step + 1 : T])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return target, refs, params, head.eval().requires_grad_(False)
+
+
+def engine(target, tokenizer, make, max_batch, acceptor, window, max_nodes=None):
+    return Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=max_batch,
+        drafter_factory=make,
+        acceptor=acceptor,
+        window=FixedWindow(window),
+        **({} if max_nodes is None else {"max_tree_nodes": max_nodes}),
+    )
+
+
+@pytest.mark.parametrize("acceptor", [GreedyAcceptor(), RejectionSampler()])
+@pytest.mark.parametrize("max_batch", [8, 2])
+def test_eagle3_chains_leave_greedy_output_exact(setup, tokenizer, acceptor, max_batch):
+    target, refs, params, head = setup
+    make = lambda b, length: Eagle3Drafter(head, b, length)  # noqa: E731
+    out = engine(target, tokenizer, make, max_batch, acceptor, 6).generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+    passes = sum(c.stats.steps for c in out)
+    assert passes < len(PROMPTS) * (N - 1) / 2.5  # the fitted head keeps drafts
+
+
+@pytest.mark.parametrize("tree", [(3, 2, 1), (2, 2, 2, 2)], ids=["321", "2222-beam4"])
+def test_eagle3_trees_leave_greedy_output_exact(setup, tokenizer, tree):
+    target, refs, params, head = setup
+    n_candidates = 4 if len(tree) == 4 else None
+    make = lambda b, length: Eagle3Drafter(head, b, length, tree, n_candidates)  # noqa: E731
+    eng = engine(target, tokenizer, make, 2, GreedyAcceptor(), len(tree), make(1, 8).max_nodes)
+    out = eng.generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+
+
+@pytest.mark.parametrize("tree", [None, (3, 2, 1)], ids=["chain", "tree"])
+def test_eagle3_rows_joining_mid_run_leave_greedy_output_exact(setup, tokenizer, tree):
+    target, refs, params, head = setup
+    make = lambda b, length: Eagle3Drafter(head, b, length, tree)  # noqa: E731
+    nodes = None if tree is None else make(1, 8).max_nodes
+    eng = engine(target, tokenizer, make, 3, GreedyAcceptor(), 3, nodes)
+    seqs = staggered(eng, PROMPTS, [params] * len(PROMPTS))
+    assert [s.output_ids for s in seqs] == refs
