@@ -33,7 +33,9 @@ class GrammarCompiler:
     def __init__(self, tokenizer, vocab_size: int, eos_ids: frozenset[int]) -> None:
         self.hf_tokenizer = tokenizer
         self.vocab_size = vocab_size
-        self.eos_ids = sorted(eos_ids) or [tokenizer.eos_token_id]
+        # The ids that end a constrained answer (a model's config may name ids past its
+        # logits, which no pass can emit).
+        self.eos_ids = sorted(t for t in eos_ids if t < vocab_size) or [tokenizer.eos_token_id]
         self._ll = None
         self._compiled: dict[tuple[str, str], str] = {}  # the latest grammars, compiled
 
