@@ -23,13 +23,16 @@ from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcce
 from specdec.cost_model import AdaptiveWindow, FixedWindow, relative_cost
 from specdec.drafters.base import Drafter, PassStates
 from specdec.errors import ContextLengthError, InvalidParameterError
+from specdec.grammar import GrammarCompiler
 from specdec.graphs.static_pass import StaticPasses, capture_seconds, use_static_passes
 from specdec.heads.tree import TreeDraft, TreeWalkSampler
 from specdec.kernels.tuning import projection_seconds
+from specdec.logprobs import TokenLogprob, offer_logprobs
 from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
 from specdec.models.transformer import Transformer, pass_spans, right_pad
 from specdec.params import SamplingParams
+from specdec.processors import RequestProcessor, chain_paths, process_logits, tree_paths
 from specdec.sampling import make_generator, request_probs
 from specdec.stats import SpecStats
 from specdec.tokenization import StopChecker
@@ -44,6 +47,7 @@ class Completion:
     prompt_tokens: int
     finish_reason: str  # "stop" (EOS or stop string) | "length" | "abort"
     stats: SpecStats  # steps, drafted/accepted tokens, timings
+    logprobs: list[TokenLogprob] | None = None  # one per token id, when asked for
 
     @property
     def elapsed_s(self) -> float:
@@ -96,10 +100,20 @@ class LiveSequence:
     trace: list[tuple[int, int, int]] = field(default_factory=list)
     first_token_at: float | None = None
     finished_at: float | None = None
+    # Logits processing (penalties, logit_bias, a grammar), following the output.
+    processor: RequestProcessor | None = None
+    # The emitted tokens' log probabilities, when asked for; a pass queues its tokens'
+    # entries in `offered` (`specdec.logprobs.offer_logprobs`) and `append` takes them.
+    logprobs: list[TokenLogprob] | None = None
+    offered: deque[TokenLogprob] = field(default_factory=deque)
 
     def append(self, token: int, eos_ids: frozenset[int], now: float) -> None:
         """Add one generated token and decide whether the sequence is finished."""
         self.output_ids.append(token)
+        if self.processor is not None:
+            self.processor.accept(token)
+        if self.logprobs is not None:
+            self.logprobs.append(self.offered.popleft())
         if self.first_token_at is None:
             self.first_token_at = now
         if token in eos_ids and not self.params.ignore_eos:
@@ -234,6 +248,15 @@ class Engine:
         # The target's decode/verify pass: the model itself, or `StaticPasses` over the
         # current cache (chosen once per cache, in `_ensure_cache`).
         self._target = model
+        # Grammars for constrained requests, over the logits' columns (built at first use).
+        self.vocab_size = model.config.vocab_size
+        self._grammars: GrammarCompiler | None = None
+
+    @property
+    def grammars(self) -> GrammarCompiler:
+        if self._grammars is None:
+            self._grammars = GrammarCompiler(self.tokenizer, self.vocab_size, self.eos_ids)
+        return self._grammars
 
     @property
     def context_length(self) -> int:
@@ -264,6 +287,13 @@ class Engine:
                 f"{n + params.max_tokens} exceeds this engine's limit of "
                 f"{self.max_len - self.headroom} tokens per sequence (its max_len)"
             )
+        if params.logit_bias and params.logit_bias[-1][0] >= self.vocab_size:
+            raise InvalidParameterError(
+                f"logit_bias: token id {params.logit_bias[-1][0]} is outside the "
+                f"vocabulary (ids < {self.vocab_size})"
+            )
+        if params.grammar is not None:
+            self.grammars.compile(params.grammar)  # InvalidParameterError if it cannot
 
     def add_request(
         self, prompt_ids: Sequence[int], params: SamplingParams, request_id: str | None = None
@@ -278,6 +308,11 @@ class Engine:
             StopChecker(self.tokenizer, params.stop),
             request_id=request_id,
         )
+        if params.processed:
+            grammars = self.grammars if params.grammar is not None else None
+            seq.processor = RequestProcessor(params, self.vocab_size, self.model.device, grammars)
+        if params.logprobs is not None:
+            seq.logprobs = []
         self.waiting.append(seq)
         return seq
 
@@ -504,6 +539,7 @@ class Engine:
         if drafter is None:
             draft = Draft.empty(B, device)
         else:  # at k = 0 a drafter proposes nothing but may keep its state in step
+            drafter.use_processors([s.processor for s in live])
             draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
             caught_up, catch_up_s = drafter.last_catch_up
             if caught_up:  # a one-off: not the cost of a draft step
@@ -627,15 +663,23 @@ class Engine:
         start = cache.lengths[:B].clone()
         tokens = torch.cat([last, draft.tokens.to(device)], 1) if draft.k else last  # [B, k+1]
         out = self._target(tokens, cache, num_new=1 + draft.lengths)
+        logits = self._processed(  # [B, k+1, V]
+            live, out.logits, lambda: chain_paths(draft.tokens, draft.lengths.tolist())
+        )
+        target_probs = None
         if all(p.greedy for p in params) and type(self.acceptor) in _ARGMAX_WHEN_GREEDY:
             # p is one-hot at the argmax (and q at the draft token): both built-in lossless
             # acceptors keep a draft token while it is the argmax, then emit the argmax.
             # The logits' argmax says it without a [B, k+1, V] one-hot (measured on the
             # bf16 1.5B, k = 4: p and the rejection sampler 3.3 ms a step, this 1.8).
-            verdict = _GREEDY(draft, out.logits, generators)
+            verdict = _GREEDY(draft, logits, generators)
         else:
-            target_probs = request_probs(out.logits, params)  # [B, k+1, V]
+            target_probs = request_probs(logits, params)  # [B, k+1, V]
             verdict = self.acceptor(draft, target_probs, generators)
+        if any(s.logprobs is not None for s in live):
+            emitted = [row[: n + 1] for row, n in zip(*_host(verdict), strict=True)]
+            positions = [range(len(row)) for row in emitted]
+            offer_logprobs(live, logits, target_probs, positions, emitted)
         cache.truncate(start + 1 + verdict.num_accepted.cpu())
         return verdict, PassStates(tokens, out.hidden, 1 + verdict.num_accepted, aux=out.aux)
 
@@ -656,11 +700,17 @@ class Engine:
             num_new=1 + draft.num_nodes,
             tree=draft.with_root(),
         )
+        width = out.logits.shape[1]
+        logits = self._processed(  # [B, 1+N, V]
+            live,
+            out.logits,
+            lambda: [tree_paths(t.tokens, t.parents, width) for t in draft.trees],
+        )
         greedy = [p.greedy for p in params]
         if all(greedy) and type(self.tree_acceptor) is TreeWalkSampler:
-            probs = out.logits  # the walk takes only argmaxes: skip the softmax over 1+N rows
+            probs = logits  # the walk takes only argmaxes: skip the softmax over 1+N rows
         else:
-            probs = request_probs(out.logits, params)  # [B, 1+N, V]
+            probs = request_probs(logits, params)  # [B, 1+N, V]
         paths, nexts = self.tree_acceptor(draft.trees, probs, greedy, generators)
         d = max(len(path) for path in paths)
         index = torch.zeros(B, 1 + d, dtype=torch.long)  # [B, 1+d]: root, then path nodes
@@ -675,6 +725,10 @@ class Engine:
         cache.move_slots(torch.where(on_path, start[:, None] + index[:, 1:], dst), dst)
         cache.truncate(start + 1 + accepted)
         verdict = Verdict(tokens.to(device), accepted.to(device))
+        if any(s.logprobs is not None for s in live):
+            emitted = [row[: n + 1] for row, n in zip(*_host(verdict), strict=True)]
+            positions = [index[b, : len(row)].tolist() for b, row in enumerate(emitted)]
+            offer_logprobs(live, logits, None if probs is logits else probs, positions, emitted)
         H = out.hidden.shape[-1]
         kept = out.hidden.gather(1, index.to(device)[..., None].expand(-1, -1, H))  # [B, 1+d, H]
         aux = None  # [B, 1+d, k*H] the path's auxiliary states, where the target gives them
@@ -732,14 +786,28 @@ class Engine:
             raise
         hidden = hidden[0] if len(hidden) == 1 else torch.cat(hidden, 1)  # [B, T, H]
         aux = None if aux[0] is None else torch.cat(aux, 1)  # [B, T, k*H]
+        logits = self._processed(seqs, logits, lambda: [[[]] for _ in seqs])  # [B, 1, V]
         probs = request_probs(logits, [s.params for s in seqs])
         draft = Draft.empty(len(seqs), self.model.device)
         verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
+        if any(s.logprobs is not None for s in seqs):
+            emitted = verdict.tokens.tolist()
+            offer_logprobs(seqs, logits, probs, [[0]] * len(seqs), emitted)
         states = PassStates(tokens, hidden, lengths.to(hidden.device), first_row, aux)
         if self.prefix_cache is not None:
             for i, p in enumerate(prompts):
                 self.prefix_cache.save(self._cache, first_row + i, p)
         return verdict.tokens[:, 0], states
+
+    @staticmethod
+    def _processed(live: list[LiveSequence], logits: torch.Tensor, paths) -> torch.Tensor:
+        """Not in Algorithm 1: the requests' logits processors (penalties, logit_bias,
+        grammar masks; `specdec.processors`) on the target's `logits [B, T, V]`, position
+        by position after the drafts before it (`paths()`, built only when a row has one)."""
+        processors = [s.processor for s in live]
+        if all(p is None for p in processors):
+            return logits
+        return process_logits(logits, processors, paths())
 
     def completion(self, seq: LiveSequence) -> Completion:
         """The result of a finished (or aborted) request; times count from its arrival."""
@@ -754,6 +822,7 @@ class Engine:
             prompt_tokens=len(seq.prompt_ids),
             finish_reason=seq.finish_reason or "length",
             stats=stats,
+            logprobs=seq.logprobs,
         )
 
 
@@ -800,6 +869,11 @@ def _postpone(seqs: list[LiveSequence], seconds: float) -> None:
         seq.arrived_at += seconds
         if seq.first_token_at is not None:
             seq.first_token_at += seconds
+
+
+def _host(verdict: Verdict) -> tuple[list[list[int]], list[int]]:
+    """A verdict's tokens and accepted counts as host lists."""
+    return verdict.tokens.tolist(), verdict.num_accepted.tolist()
 
 
 def _drained(steps: Generator[None, None, _T]) -> _T:

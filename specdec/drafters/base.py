@@ -25,6 +25,12 @@ has a history of committed tokens whose last token is not yet in any KV cache.
   decode step and, with `idle`, while it has nothing to serve (a server's loop asks then);
   a learning drafter trains its heads here (`specdec.training.online`). Returns whether
   it used the time. `DrafterBase`'s default does nothing.
+- `use_processors(processors)`: before each `propose`, the rows' logits processors
+  (`specdec.processors.RequestProcessor` or None per row: penalties, logit_bias, grammar
+  masks). A drafter with a distribution applies them to it, position j after its own
+  drafts before j, and samples from the result, so its drafts are what the processed
+  target would say; the acceptors are lossless whatever q is, so a drafter that ignores
+  them (`DrafterBase`'s default) only loses acceptance.
 - `use_prefix_cache(store: PrefixCache)`: a drafter with its own KV cache may reuse
   stored keys and values of sequences it has seen (`specdec.models.prefix_cache`); the
   engine hands it one store that outlives the drafter. `DrafterBase` ignores it.
@@ -72,6 +78,8 @@ class Drafter(Protocol):
     def between_steps(self, idle: bool = False) -> bool: ...
 
     def use_prefix_cache(self, store: PrefixCache) -> None: ...
+
+    def use_processors(self, processors: Sequence) -> None: ...
 
     def catch_up_tokens(self) -> int: ...
 
@@ -134,3 +142,6 @@ class DrafterBase:
 
     def use_prefix_cache(self, store: PrefixCache) -> None:
         """Drafters without a KV cache have nothing to reuse."""
+
+    def use_processors(self, processors: Sequence) -> None:
+        """Most drafters propose without a distribution to process."""

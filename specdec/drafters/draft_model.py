@@ -34,6 +34,7 @@ from specdec.graphs.static_pass import StaticPasses, use_static_passes
 from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
 from specdec.models.transformer import Transformer, pass_spans, right_pad
+from specdec.processors import process_logits
 from specdec.sampling import param_tensors, probs_from_logits, sample
 
 
@@ -213,6 +214,7 @@ class DraftModelDrafter(DrafterBase):
         logits = self._logits(out, fed - 1)
         drafted, qs = [], []
         for i in range(k):
+            logits = self._processed(logits, drafted)
             if all(greedy):  # q is one-hot at the argmax: the Draft says so with probs None
                 drafted.append(self._argmax(logits))
             else:
@@ -226,6 +228,20 @@ class DraftModelDrafter(DrafterBase):
         self._draft = torch.stack(drafted, 1)  # [B, k]
         probs = torch.stack(qs, 1) if qs else None  # [B, k, V_target]
         return Draft(self._draft, probs, torch.full((B,), k, dtype=torch.long))
+
+    def use_processors(self, processors) -> None:
+        """The rows' logits processors, for this step's drafts (`drafters.base`)."""
+        self._processors = processors
+
+    def _processed(self, logits: torch.Tensor, drafted: list[torch.Tensor]) -> torch.Tensor:
+        """The rows' processors on the draft's `logits [B, V_draft]` after `drafted` (this
+        step's drafts so far, `[B]` each). A cut head's logits ([B, N]) are left as they are:
+        their columns are not token ids (its drafts are then only accepted less often)."""
+        processors = getattr(self, "_processors", None)
+        if not processors or self.vocab is not None or all(p is None for p in processors):
+            return logits
+        so_far = torch.stack(drafted, 1).tolist() if drafted else [[] for _ in processors]
+        return process_logits(logits[:, None], processors, [[row] for row in so_far])[:, 0]
 
     def _logits(self, out, at: torch.Tensor | None = None) -> torch.Tensor:
         """The draft's logits [B, V_draft] (or [B, N] over the cut head's columns) at each

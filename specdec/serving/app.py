@@ -25,6 +25,7 @@ from specdec.engine import Completion, Engine
 from specdec.errors import ContextLengthError, SpecdecError
 from specdec.serving.async_engine import AsyncEngine, Event, QueueFullError, RequestHandle
 from specdec.serving.detokenizer import IncrementalDetokenizer
+from specdec.serving.logprobs import LogprobFormatter
 from specdec.serving.metrics import ServerMetrics
 from specdec.serving.protocol import (
     ERROR_TYPES,
@@ -88,6 +89,7 @@ def build_app(
     tokenizer = engine.tokenizer
     vocab_size = len(tokenizer)
     can_speculate = engine.drafter_factory is not None
+    formatter = LogprobFormatter(engine)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -235,10 +237,30 @@ def build_app(
             choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
             return _envelope(rid, "text_completion", created, model_name, [choice])
 
+        def start(i: int) -> int:  # where choice i's completion starts in its text
+            return len(prompt_texts[i // req.n]) if req.echo else 0
+
         if req.stream:
             prefix = (lambda i: prompt_texts[i // req.n]) if req.echo else None
+            logprobs = None
+            if req.logprobs is not None:
+                offsets = {i: start(i) for i in range(len(handles))}
+
+                def logprobs(i: int, entries) -> dict:
+                    body, offsets[i] = formatter.completion(entries, offsets[i])
+                    return body
+
             body = _stream(
-                runner, handles, events, tokenizer, chunk, req, prompts, prefix, heads=heads
+                runner,
+                handles,
+                events,
+                tokenizer,
+                chunk,
+                req,
+                prompts,
+                prefix,
+                heads=heads,
+                logprobs=logprobs,
             )
             return _sse(body)
         done = await _collect(runner, handles, events, request)
@@ -246,7 +268,9 @@ def build_app(
             {
                 "index": i,
                 "text": (prompt_texts[i // req.n] if req.echo else "") + c.text,
-                "logprobs": None,
+                "logprobs": None
+                if c.logprobs is None
+                else formatter.completion(c.logprobs, start(i))[0],
                 "finish_reason": _finish(c),
             }
             for i, c in enumerate(done)
@@ -281,8 +305,19 @@ def build_app(
                 body["choices"][0]["delta"] = {"role": "assistant", "content": ""}
                 return body
 
+            chat_logprobs = (lambda i, entries: formatter.chat(entries)) if req.logprobs else None
             body = _stream(
-                runner, handles, events, tokenizer, chunk, req, [prompt], None, opening, heads
+                runner,
+                handles,
+                events,
+                tokenizer,
+                chunk,
+                req,
+                [prompt],
+                None,
+                opening,
+                heads,
+                chat_logprobs,
             )
             return _sse(body)
         done = await _collect(runner, handles, events, request)
@@ -290,7 +325,7 @@ def build_app(
             {
                 "index": i,
                 "message": {"role": "assistant", "content": c.text},
-                "logprobs": None,
+                "logprobs": None if c.logprobs is None else formatter.chat(c.logprobs),
                 "finish_reason": _finish(c),
             }
             for i, c in enumerate(done)
@@ -365,18 +400,25 @@ async def _stream(
     echo: Callable[[int], str] | None,
     opening: Callable[[int], dict] | None = None,
     heads: Callable[[], dict | None] = lambda: None,
+    logprobs: Callable[[int, list], dict] | None = None,
 ) -> AsyncIterator[str]:
     """Server-sent events: text deltas per choice as the engine produces them, a final chunk
     with the finish reason, the usage chunk when asked, then [DONE]. Leaving early (the
-    client went away) aborts whatever is unfinished."""
+    client went away) aborts whatever is unfinished. With `logprobs` (choice, entries) ->
+    the choice's logprobs object, each text chunk carries the entries of the tokens
+    generated since the previous one (the last chunk those left)."""
     detoks = [IncrementalDetokenizer(tokenizer, h.params.stop) for h in handles]
     traces = [ProvenanceTracker(tokenizer) for _ in handles] if req.include_speculation else None
+    unsent: list[list] = [[] for _ in handles]  # logprob entries not yet in a chunk
 
     def with_tokens(body: dict, index: int, text: str, final: bool = False) -> dict:
-        """The chunk with its tokens' provenance, when asked for (`provenance.py`)."""
+        """The chunk with its tokens' provenance and logprobs, when asked for."""
         if traces is not None:
             records = traces[index].records(text, final)
             body["choices"][0]["speculation"] = {"tokens": records}
+        if logprobs is not None:
+            body["choices"][0]["logprobs"] = logprobs(index, unsent[index])
+            unsent[index] = []
         return body
 
     finished: dict[int, Completion] = {}
@@ -394,6 +436,7 @@ async def _stream(
             i, detok = event.index, detoks[event.index]
             if traces is not None:
                 traces[i].update(event.token_ids, event.trace)
+            unsent[i].extend(event.logprobs or ())
             if event.completion is None:
                 text = detok.delta(event.token_ids)
                 if text:

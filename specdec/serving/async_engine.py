@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from specdec.engine import Completion, Engine, LiveSequence
+from specdec.logprobs import TokenLogprob
 from specdec.params import SamplingParams
 from specdec.serving.metrics import ServerMetrics
 
@@ -42,6 +43,7 @@ class Event:
     trace: list[tuple[int, int, int]] = field(default_factory=list)  # steps since the last
     completion: Completion | None = None  # set once finished
     error: str | None = None  # set when the engine failed
+    logprobs: list[TokenLogprob] | None = None  # the new tokens' entries, when asked for
 
 
 @dataclass(eq=False)
@@ -211,9 +213,10 @@ class AsyncEngine:
             self.metrics.finished(completion.finish_reason, len(seq.prompt_ids), completion.stats)
         elif len(seq.output_ids) == handle.sent_tokens:
             return
+        logprobs = None if seq.logprobs is None else seq.logprobs[handle.sent_tokens :]
         handle.sent_tokens = len(seq.output_ids)
         trace, handle.sent_steps = seq.trace[handle.sent_steps :], len(seq.trace)
-        event = Event(handle.index, list(seq.output_ids), trace, completion)
+        event = Event(handle.index, list(seq.output_ids), trace, completion, logprobs=logprobs)
         self._loop.call_soon_threadsafe(handle.events.put_nowait, event)
 
     def _fail_all(self, message: str) -> None:

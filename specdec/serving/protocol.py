@@ -10,13 +10,14 @@ tools built on it work unchanged. Extensions are few and named as such: `top_k`,
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from specdec.params import SamplingParams
+from specdec.params import MAX_TOP_LOGPROBS, Grammar, SamplingParams
 from specdec.stats import SpecStats
 
 MAX_N = 16  # choices per request
@@ -26,6 +27,39 @@ MAX_STOP = 4  # stop strings per request, as OpenAI allows
 class StreamOptions(BaseModel):
     include_usage: bool = False
     include_speculation: StrictBool = False  # extension: per-token provenance
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | bool = Field(default=True, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's `response_format`: free text, any JSON object, or JSON under a schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("a response_format of type json_schema needs its json_schema")
+        return self
+
+    def grammar(self) -> Grammar | None:
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return Grammar("json_object")
+        return Grammar("json_schema", json.dumps(self.json_schema.schema_))
+
+
+Penalty = Annotated[float, Field(ge=-2, le=2)]
+TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)]
 
 
 class _SamplingFields(BaseModel):
@@ -44,11 +78,19 @@ class _SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # extension, for benchmarks
     speculate: StrictBool | None = None  # extension: None follows the server
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logprobs: Any = None
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: Penalty = 0.0
+    frequency_penalty: Penalty = 0.0
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
+    response_format: ResponseFormat | None = None
     user: str | None = None
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            if not key.strip().isdigit():
+                raise ValueError(f"keys must be token ids, got {key!r}")
+        return value
 
     @field_validator("stop")
     @classmethod
@@ -62,12 +104,11 @@ class _SamplingFields(BaseModel):
 
     def unsupported(self) -> str | None:
         """The first parameter set to something this server does not implement."""
-        if self.presence_penalty or self.frequency_penalty:
-            return "presence_penalty" if self.presence_penalty else "frequency_penalty"
-        if self.logprobs not in (None, False, 0):
-            return "logprobs"
-        if self.logit_bias:
-            return "logit_bias"
+        return None
+
+    @property
+    def top_logprobs_count(self) -> int | None:
+        """Alternatives per token, or None for no logprobs (each endpoint's own field)."""
         return None
 
     def sampling_params(self, max_tokens: int, index: int = 0) -> SamplingParams:
@@ -82,6 +123,11 @@ class _SamplingFields(BaseModel):
             stop=tuple(self.stop or ()),
             ignore_eos=self.ignore_eos,
             speculate=self.speculate is not False,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
+            logprobs=self.top_logprobs_count,
+            grammar=None if self.response_format is None else self.response_format.grammar(),
         )
 
     @property
@@ -98,6 +144,11 @@ class CompletionRequest(_SamplingFields):
     max_tokens: Annotated[int, Field(ge=1)] | None = 16
     echo: bool = False
     suffix: str | None = None
+    logprobs: TopLogprobs | None = None  # the legacy API's: alternatives per token
+
+    @property
+    def top_logprobs_count(self) -> int | None:
+        return self.logprobs
 
 
 class TextPart(BaseModel):
@@ -122,6 +173,20 @@ class ChatCompletionRequest(_SamplingFields):
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     tools: Any = None
+    logprobs: StrictBool = False
+    top_logprobs: TopLogprobs | None = None
+
+    @property
+    def top_logprobs_count(self) -> int | None:
+        if not self.logprobs:
+            return None
+        return self.top_logprobs or 0
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
 
     @property
     def requested_max_tokens(self) -> int | None:

@@ -1,0 +1,204 @@
+"""logprobs, penalties, logit_bias and structured output through the official `openai`
+client against a real server (tiny fp32 models, a draft model at k = 3), each streamed and
+not, with speculation on and off (`speculate`): the same tokens and log probabilities
+either way, JSON that parses and validates, and a clear 400 for what is out of range."""
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from tiny_server import MODEL
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"enum": ["ada", "bob"]}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+PENALTIES = dict(presence_penalty=1.2, frequency_penalty=0.8, logit_bias={"70": 3.0, "9": -100})
+SPECULATE = [True, False]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def spec(on: bool) -> dict:
+    return {"extra_body": {"speculate": on}}
+
+
+def completion(client, speculate: bool, stream: bool, **kwargs):
+    """(text, legacy logprobs object merged over the chunks) of one completion."""
+    args = dict(model=MODEL, prompt="def f(x):", max_tokens=24, temperature=0) | kwargs
+    if not stream:
+        choice = client.completions.create(**args, **spec(speculate)).choices[0]
+        return choice.text, choice.logprobs and choice.logprobs.model_dump()
+    text, merged = "", None
+    for chunk in client.completions.create(**args, stream=True, **spec(speculate)):
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        text += choice.text
+        if choice.logprobs is not None:
+            part = choice.logprobs.model_dump()
+            merged = part if merged is None else {k: merged[k] + part[k] for k in merged}
+    return text, merged
+
+
+def chat(client, speculate: bool, stream: bool, **kwargs):
+    """(content, logprobs content entries) of one chat completion."""
+    messages = [{"role": "user", "content": "Say something"}]
+    args = dict(model=MODEL, messages=messages, max_tokens=24, temperature=0) | kwargs
+    if not stream:
+        choice = client.chat.completions.create(**args, **spec(speculate)).choices[0]
+        entries = None if choice.logprobs is None else choice.logprobs.model_dump()["content"]
+        return choice.message.content, entries
+    text, entries = "", None
+    for chunk in client.chat.completions.create(**args, stream=True, **spec(speculate)):
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            entries = (entries or []) + chunk.choices[0].logprobs.model_dump()["content"]
+    return text, entries
+
+
+def close(a: list[float], b: list[float]) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= 1e-4 for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_logprobs_same_with_and_without_speculation(client, stream):
+    (text, lp), (plain_text, plain) = (
+        completion(client, on, stream, logprobs=3) for on in SPECULATE
+    )
+    assert text == plain_text
+    assert set(lp) == {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
+    assert len(lp["tokens"]) == 24 and "".join(lp["tokens"]) == text
+    assert lp["tokens"] == plain["tokens"] and lp["text_offset"] == plain["text_offset"]
+    assert lp["text_offset"][0] == 0
+    assert lp["text_offset"][1:] == [
+        sum(len(t) for t in lp["tokens"][: i + 1]) for i in range(len(lp["tokens"]) - 1)
+    ]
+    assert close(lp["token_logprobs"], plain["token_logprobs"])
+    rows = zip(lp["top_logprobs"], lp["tokens"], lp["token_logprobs"], strict=True)
+    for top, token, logprob in rows:
+        assert len(top) == 3 and all(v <= 0 for v in top.values())
+        assert max(top.values()) == pytest.approx(logprob, abs=1e-5)  # greedy: the argmax
+        assert top[token] == pytest.approx(logprob, abs=1e-5)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_logprobs_same_with_and_without_speculation(client, stream):
+    (text, entries), (plain_text, plain) = (
+        chat(client, on, stream, logprobs=True, top_logprobs=2) for on in SPECULATE
+    )
+    assert text == plain_text and len(entries) == len(plain) == 24
+    assert "".join(e["token"] for e in entries) == text
+    for e, p in zip(entries, plain, strict=True):
+        assert set(e) == {"token", "logprob", "bytes", "top_logprobs"}
+        assert bytes(e["bytes"]).decode() == e["token"] and e["token"] == p["token"]
+        assert abs(e["logprob"] - p["logprob"]) <= 1e-4
+        assert [t["token"] for t in e["top_logprobs"]] == [t["token"] for t in p["top_logprobs"]]
+        assert len(e["top_logprobs"]) == 2 and e["top_logprobs"][0]["token"] == e["token"]
+
+
+def test_no_logprobs_unless_asked(client):
+    assert (
+        client.completions.create(model=MODEL, prompt="x", max_tokens=3).choices[0].logprobs is None
+    )
+    messages = [{"role": "user", "content": "x"}]
+    out = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=3)
+    assert out.choices[0].logprobs is None
+    _, entries = chat(client, True, False, logprobs=True)  # top_logprobs left out: none
+    assert all(e["top_logprobs"] == [] for e in entries)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_penalties_and_bias_same_with_and_without_speculation(client, stream):
+    texts = [completion(client, on, stream, **PENALTIES)[0] for on in SPECULATE]
+    assert texts[0] == texts[1]
+    assert texts[0] != completion(client, True, False)[0]  # they change the answer
+    assert "&" not in texts[0]  # id 9 is "&" (the tiny tokenizer's ids: 2 + code - 32)
+    content = [chat(client, on, stream, **PENALTIES)[0] for on in SPECULATE]
+    assert content[0] == content[1]
+
+
+def valid(text: str) -> bool:
+    value = json.loads(text)
+    return (
+        set(value) == {"name", "age"}
+        and value["name"] in {"ada", "bob"}
+        and isinstance(value["age"], int)
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("speculate", SPECULATE)
+def test_json_schema_answers_parse_and_validate(client, stream, speculate):
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+    for seed in range(3):
+        text, _ = chat(
+            client,
+            speculate,
+            stream,
+            response_format=fmt,
+            temperature=1.0,
+            seed=seed,
+            max_tokens=60,
+        )
+        assert valid(text), text
+    greedy = [chat(client, on, stream, response_format=fmt, max_tokens=60)[0] for on in SPECULATE]
+    assert greedy[0] == greedy[1] and valid(greedy[0])
+
+
+def test_json_object_answer_is_an_object(client):
+    messages = [{"role": "user", "content": "JSON please"}]
+    out = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=200,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    choice = out.choices[0]
+    assert choice.message.content.startswith("{")
+    if choice.finish_reason == "stop":
+        assert isinstance(json.loads(choice.message.content), dict)
+
+
+OK = {"model": MODEL, "prompt": "hello", "max_tokens": 4}
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+BAD = [
+    ("/v1/completions", {**OK, "logprobs": 21}, "logprobs"),
+    ("/v1/completions", {**OK, "logprobs": -1}, "logprobs"),
+    ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ("/v1/chat/completions", {**CHAT, "top_logprobs": 2}, "needs logprobs"),
+    ("/v1/completions", {**OK, "logit_bias": {"97": 1}}, "outside the vocabulary"),
+    ("/v1/completions", {**OK, "logit_bias": {"5": 101}}, "logit_bias"),
+    ("/v1/completions", {**OK, "logit_bias": {"five": 1}}, "token ids"),
+    ("/v1/completions", {**OK, "presence_penalty": 2.5}, "presence_penalty"),
+    ("/v1/completions", {**OK, "frequency_penalty": -3}, "frequency_penalty"),
+    (
+        "/v1/chat/completions",
+        {
+            **CHAT,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": 7}}},
+        },
+        "does not compile",
+    ),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema"}}, "json_schema"),
+    ("/v1/chat/completions", {**CHAT, "response_format": {"type": "yaml"}}, "response_format"),
+]
+
+
+@pytest.mark.parametrize("url,body,text", BAD, ids=[b[2] + str(i) for i, b in enumerate(BAD)])
+def test_out_of_range_is_a_400_and_the_server_stays_up(server, url, body, text):
+    response = httpx.post(server.url + url, json=body, timeout=30)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert text in error["message"] and set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    assert httpx.post(server.url + "/v1/completions", json=OK, timeout=30).status_code == 200
