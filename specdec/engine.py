@@ -373,7 +373,8 @@ class Engine:
         try:
             while any(not s.finished for s in seqs):
                 _postpone([s for s in seqs if not s.finished], time.perf_counter() - away)
-                yield from self._admit_steps()  # admit, a turn between prefill passes
+                # admit, a turn between prefill passes
+                yield from self.admit_steps(caller_time=True)
                 self.decode()
                 away = time.perf_counter()
                 yield
@@ -382,22 +383,37 @@ class Engine:
         return [self.completion(s) for s in seqs]
 
     def step(self) -> list[LiveSequence]:
-        """One scheduling step: `admit` then `decode`. Returns the sequences that gained
+        """One scheduling step: `admit` then `decode`, the live rows also decoding between
+        the passes of a chunked prefill (`admit_steps`). Returns the sequences that gained
         tokens or finished in this step."""
-        return list(dict.fromkeys(self.admit() + self.decode()))
+        touched, admission = [], self.admit_steps()
+        while True:
+            try:
+                next(admission)
+            except StopIteration as done:
+                touched += done.value
+                break
+            touched += self.decode()
+        return list(dict.fromkeys(touched + self.decode()))
 
     def admit(self) -> list[LiveSequence]:
         """Free the rows of aborted sequences and admit waiting requests, prefilling them
         together (each gets its first token). A server streams those first tokens before
         the next `decode`, so time to first token is one prefill, not prefill + step."""
-        return _drained(self._admit_steps())
+        return _drained(self.admit_steps())
 
     @torch.inference_mode()  # on a generator: inside each resume only, not between them
-    def _admit_steps(self) -> Generator[None, None, list[LiveSequence]]:
-        """`admit`, yielding between the passes of a chunked prefill."""
+    def admit_steps(
+        self, caller_time: bool = False
+    ) -> Generator[None, None, list[LiveSequence]]:
+        """`admit`, yielding between the passes of a chunked prefill. At a yield the caller
+        may run `decode` (the live rows take a step, so a long prompt delays them by one
+        pass, not by its whole prefill); the admitted rows join after the last pass.
+        `caller_time`: the time at a yield is not the engine's (a benchmark's turns), so it
+        counts in no request's clock."""
         touched = [s for s in self.live if s.finished]  # aborted since the last step
         self._drop_finished()
-        return touched + (yield from self._admission())
+        return touched + (yield from self._admission(caller_time))
 
     @torch.inference_mode()
     def decode(self) -> list[LiveSequence]:
@@ -418,12 +434,12 @@ class Engine:
             return False
         return self._drafter.between_steps(idle=True)
 
-    def _admission(self) -> Generator[None, None, list[LiveSequence]]:
+    def _admission(self, caller_time: bool) -> Generator[None, None, list[LiveSequence]]:
         """Move waiting requests (FIFO) into free rows and prefill them. A request that
         needs a longer cache than the current one waits until the engine is idle, when the
         cache is rebuilt to fit it. Yields between prefill passes; the time until it is
-        resumed is not the engine's: it counts in neither the requests' clocks nor the
-        prefill's time."""
+        resumed counts in no prefill time (decode steps may run there), and with
+        `caller_time` in no request's clock either."""
         if not self.waiting:
             return []
         started = time.perf_counter()
@@ -453,8 +469,11 @@ class Engine:
                 passes.close()
                 raise
             waited = time.perf_counter() - paused
-            away += waited
-            _postpone(admitted + self.live + list(self.waiting), waited)
+            away += waited  # not the prefill's time either way
+            if caller_time:
+                _postpone(admitted + self.live + list(self.waiting), waited)
+        if len(self.live) != first_row:  # rows left in decode steps between the passes
+            first_row = self._move_admitted(len(admitted), first_row)
         now = time.perf_counter()
         # The target's prefill alone (no cache allocation): a lazy draft's catch-up is
         # priced from it until one is timed. It computed the positions no stored prefix gave.
@@ -473,6 +492,14 @@ class Engine:
             self._drafter.observe_pass(states.select(kept, first_row))
         self.prefill_s += time.perf_counter() - started - away
         return admitted
+
+    def _move_admitted(self, n: int, first_row: int) -> int:
+        """Pack `n` rows prefilled from `first_row` right after the live rows (some left
+        during the prefill's passes); returns their new first row."""
+        to = len(self.live)
+        for i in range(n):
+            self._cache.move_row(first_row + i, to + i)
+        return to
 
     def _ensure_cache(self) -> None:
         """(Re)build the KV cache and drafter, while idle, big enough for the queue."""

@@ -189,8 +189,19 @@ class AsyncEngine:
             self._publish(seq)
 
     def _step(self) -> None:
+        """`Engine.step`, publishing as it goes: the live rows' tokens of each decode step
+        between a long prefill's passes, the admitted requests' first tokens before the
+        step's decode."""
         waiting_before = len(self.engine.waiting)
-        admitted = self.engine.admit()
+        admission = self.engine.admit_steps()
+        while True:
+            try:
+                next(admission)
+            except StopIteration as done:
+                admitted = done.value
+                break
+            for seq in self.engine.decode():
+                self._publish(seq)
         self._count_pending(len(self.engine.waiting) - waiting_before)
         for seq in admitted:  # first tokens go out before the decode step
             self._publish(seq)
