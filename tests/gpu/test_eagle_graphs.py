@@ -124,3 +124,55 @@ def test_timing_drafter_follows_its_profile_with_graphs(setup, tokenizer):
     assert reached[0] > 40
     # chi-square, 4 degrees of freedom at P = 0.001
     assert profile_chi_square(reached, kept, profile)[0] < 18.47
+
+
+TREE = (2, 2, 1)
+
+
+def trees(setup, tokenizer, graphs: bool, max_batch: int):
+    """(paths, scores) of every candidate tree a tree drafter proposed, the engine
+    verifying them, and the head's replays."""
+    target, head, prompts, params, records = setup
+    proposed, drafters = [], []
+    tree_draft = EagleDrafter._tree_draft
+
+    def recorded(self, paths, scores, p):
+        proposed.append((paths.tolist(), scores))
+        return tree_draft(self, paths, scores, p)
+
+    def factory(rows, length):
+        drafters.append(
+            EagleDrafter(head, rows, length, TREE, 3, static_passes=graphs, cuda_graphs=graphs)
+        )
+        return drafters[-1]
+
+    engine = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=max_batch,
+        drafter_factory=factory,
+        window=CycledWindow(),
+        max_tree_nodes=EagleDrafter(head, 1, 8, TREE, 3).max_nodes,
+        static_passes=graphs,
+        cuda_graphs=graphs,
+    )
+    EagleDrafter._tree_draft = recorded
+    try:
+        seqs = staggered(engine, prompts, [params] * len(prompts))
+    finally:
+        EagleDrafter._tree_draft = tree_draft
+    assert [s.output_ids for s in seqs] == list(records.values())
+    replays = [r for d in drafters if d._static is not None for r in d._static._passes.values()]
+    return proposed, replays
+
+
+@pytest.mark.parametrize("max_batch", [2, 5])
+def test_head_tree_graph_replay_equals_eager(setup, tokenizer, max_batch):
+    eager, _ = trees(setup, tokenizer, False, max_batch)
+    replayed, replays = trees(setup, tokenizer, True, max_batch)
+    assert replays and all(replay.graph is not None for replay in replays)
+    assert len(replayed) == len(eager) > 20
+    for (paths, scores), (want_paths, want_scores) in zip(replayed, eager, strict=True):
+        assert paths == want_paths
+        torch.testing.assert_close(scores, want_scores)
