@@ -442,6 +442,7 @@ def main(argv: list[str] | None = None) -> dict:
             for name in args.profiles
         }
         result["by_batch"][str(batch)] = figures
+        save(result, args.out)  # a call that runs out of time keeps the batches done
     b1 = result["by_batch"].get("1")
     if b1 is not None:
         result["plain_b1_share_of_bound"] = round(b1["plain_tok_s"] / bound, 4)
@@ -451,10 +452,14 @@ def main(argv: list[str] | None = None) -> dict:
     result["bars"] = bars(result)
     result["seconds"] = round(time.perf_counter() - started, 1)
     print("issue 64 bars:", json.dumps(result["bars"]), f"({result['seconds']} s)", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+    save(result, args.out)
     return result
+
+
+def save(result: dict, path: str | None) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":
