@@ -22,13 +22,13 @@ import torch
 
 from specdec.bench.costs import forward_seconds
 from specdec.bench.peers import hf_greedy
-from specdec.bench.workloads import CODE_PROMPTS, sharegpt_prompts
-from specdec.config import SamplingParams
+from specdec.data import CODE_PROMPTS, sharegpt_prompts
 from specdec.doctor import decode_bytes, read_bandwidth_gbs
+from specdec.hub import gguf_source, resolve
+from specdec.kernels.tuning import machine
 from specdec.llm import LLM
 from specdec.models.config import ModelConfig
-from specdec.models.kernel_tuning import machine
-from specdec.models.registry import gguf_source, resolve
+from specdec.params import SamplingParams
 from specdec.tokenization import encode_prompt, load_tokenizer
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
@@ -61,7 +61,7 @@ def llamacpp_runner(lookup: bool, tokens: int):
 
 def eager(run, models):
     """`run` with the models' decode stacks detached: their layers op by op, as before the
-    stack (`specdec.models.decode_stack`), for a side-by-side comparison in one process."""
+    stack (`specdec.kernels.decode_stack`), for a side-by-side comparison in one process."""
 
     def run_eager(ids):
         stacks = [m.decode_stack for m in models]

@@ -32,13 +32,13 @@ import time
 import torch
 
 from specdec.bench.costs import forward_seconds
-from specdec.config import SamplingParams
 from specdec.cost_model import CostModel, conditional_acceptance, predict_speedup
 from specdec.doctor import decode_bytes
 from specdec.engine import Engine
+from specdec.kernels.tuning import cpu_info
 from specdec.models.config import ModelConfig
-from specdec.models.kernel_tuning import cpu_info
 from specdec.models.loading import build_transformer
+from specdec.params import SamplingParams
 
 _QWEN = {
     "architectures": ["Qwen2ForCausalLM"],

@@ -46,11 +46,11 @@ from pathlib import Path
 
 import torch
 
-from specdec.config import SamplingParams
+from specdec.kernels.tuning import machine
 from specdec.llm import LLM
-from specdec.models.kernel_tuning import machine
-from specdec.speculator.online import LearnConfig
-from specdec.speculator.train import (
+from specdec.params import SamplingParams
+from specdec.training.online import LearnConfig
+from specdec.training.stages import (
     Corpus,
     TrainConfig,
     document_order,
@@ -81,9 +81,9 @@ def new_heads(model: str, path: Path, heads: int, draft_vocab: int, docs: int = 
     the `draft_vocab` ids most frequent in the first `docs` training documents of the
     trainer's order (disjoint from the stream), plus the end-of-turn ids: a head step and
     a training step over 16k of Qwen's 152k ids cost a tenth of the full vocabulary's."""
+    from specdec.heads.mlp import build_speculator
+    from specdec.hub import resolve
     from specdec.models.loading import load_transformer
-    from specdec.models.registry import resolve
-    from specdec.speculator.model import build_speculator
     from specdec.tokenization import eos_token_ids, load_tokenizer
 
     source = resolve(model)
@@ -206,7 +206,7 @@ def measure_cost(args) -> None:
     from specdec.drafters import SpeculatorDrafter
     from specdec.engine import Engine
     from specdec.llm import build_acceptor
-    from specdec.speculator.online import OnlineLearner
+    from specdec.training.online import OnlineLearner
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

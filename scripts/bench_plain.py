@@ -20,12 +20,12 @@ import torch
 import transformers
 
 from specdec.bench.peers import hf_greedy
-from specdec.config import SamplingParams
 from specdec.doctor import read_bandwidth_gbs
 from specdec.engine import Engine
-from specdec.models.kernel_tuning import tune_kernels
+from specdec.hub import resolve
+from specdec.kernels.tuning import tune_kernels
 from specdec.models.loading import load_transformer, torch_dtype
-from specdec.models.registry import resolve
+from specdec.params import SamplingParams
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
 PROMPT = "Write a Python function that merges two sorted lists into one sorted list."

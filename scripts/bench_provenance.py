@@ -17,7 +17,7 @@ import json
 import random
 import time
 
-from specdec.models.registry import resolve
+from specdec.hub import resolve
 from specdec.serving.detokenizer import IncrementalDetokenizer
 from specdec.serving.provenance import ProvenanceTracker
 from specdec.tokenization import load_tokenizer

@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from specdec.models import native
-from specdec.models.kernel_tuning import machine
-from specdec.models.quant import Int4Linear, _torch_int4, _torch_int4_pack
+from specdec.kernels import native
+from specdec.kernels.quant import Int4Linear, _torch_int4, _torch_int4_pack
+from specdec.kernels.tuning import machine
 
 SHAPES = [(17920, 1536, 6), (1536, 8960, 6), (2048, 1536, 24)]  # out, in, layers swept
 

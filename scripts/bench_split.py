@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from specdec.bench.workloads import CODE_PROMPTS, sharegpt_prompts
-from specdec.models.registry import gguf_source, resolve
+from specdec.data import CODE_PROMPTS, sharegpt_prompts
+from specdec.hub import gguf_source, resolve
 from specdec.tokenization import encode_prompt, load_tokenizer
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
@@ -45,8 +45,8 @@ def llamacpp(tokens: int):
 
 
 def specdec_int4(tokens: int):
-    from specdec.config import SamplingParams
     from specdec.llm import LLM
+    from specdec.params import SamplingParams
 
     llm = LLM(TARGET, quant="int4")
     params = SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)

@@ -17,8 +17,8 @@ import statistics
 import torch
 
 from specdec.bench.costs import stacks_in_turn
+from specdec.kernels.tuning import machine
 from specdec.llm import LLM
-from specdec.models.kernel_tuning import machine
 
 MODELS = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")
 

@@ -21,11 +21,11 @@ import torch
 from torch.utils.cpp_extension import load
 
 from specdec.bench.costs import stacks_in_turn
+from specdec.kernels.decode_stack import DecodeStack
+from specdec.kernels.tuning import machine
 from specdec.llm import LLM
-from specdec.models.decode_stack import DecodeStack
-from specdec.models.kernel_tuning import machine
 
-NATIVE = "specdec/models/native"
+NATIVE = "specdec/kernels/native"
 
 
 def stack_class_at(rev: str, build: Path):

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 
 from specdec.distributed import TPGroup, tensor_parallel
+from specdec.hub import resolve
 from specdec.models.loading import load_transformer
-from specdec.models.registry import resolve
 
 
 class Timed:

@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from specdec.models.kernel_tuning import machine
+from specdec.hub import resolve
+from specdec.kernels.tuning import machine
 from specdec.models.loading import load_transformer
-from specdec.models.registry import resolve
-from specdec.speculator.train import TargetStates, target_dtype
+from specdec.training.stages import TargetStates, target_dtype
 
 
 def tokens_per_s(model: str, dtype: str, tokens: int, repeats: int) -> float:

@@ -1,5 +1,5 @@
 """Kernels per pass: how many a target and a draft pass launch, and how long they run on
-the GPU, with the model's own layers and with the fused ones (`specdec.models.fused_layers`).
+the GPU, with the model's own layers and with the fused ones (`specdec.graphs.fused_layers`).
 
 A replayed CUDA graph costs what its kernels cost, so the count and the GPU time of one
 pass say where a graph-replayed step goes. For random weights of the default pair's shapes
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from specdec.models.static_pass import StaticPasses
+from specdec.graphs.static_pass import StaticPasses
 
 sys.path.insert(0, str(Path(__file__).parent))  # scripts/ is no package: its siblings
 from bench_gpu import pair_shapes, random_pair  # noqa: E402
@@ -72,8 +72,8 @@ def profile_engine(model, tokens: int, top: int) -> dict:
     """Where a plain decoding step's host time goes: an engine (its defaults: graphs on a
     GPU) decoding `tokens` greedy tokens at batch 1 after a warm-up run, profiled on the
     host (CPU activity): wall ms per token and the operators with the most self time."""
-    from specdec.config import SamplingParams
     from specdec.engine import Engine
+    from specdec.params import SamplingParams
 
     class NoText:
         def decode(self, ids, skip_special_tokens: bool = False) -> str:

@@ -50,7 +50,6 @@ from specdec.bench.timing_drafter import (  # noqa: E402
     realised_acceptance,
     records_from,
 )
-from specdec.config import SamplingParams  # noqa: E402
 from specdec.cost_model import (  # noqa: E402
     AdaptiveWindow,
     CostModel,
@@ -62,9 +61,10 @@ from specdec.doctor import decode_bytes  # noqa: E402
 from specdec.drafters.base import PassStates  # noqa: E402
 from specdec.drafters.eagle import EagleDrafter  # noqa: E402
 from specdec.engine import Engine  # noqa: E402
-from specdec.models.kernel_tuning import cpu_info  # noqa: E402
-from specdec.models.static_pass import StaticPasses, capture_seconds  # noqa: E402
-from specdec.speculator.eagle import build_eagle  # noqa: E402
+from specdec.graphs.static_pass import StaticPasses, capture_seconds  # noqa: E402
+from specdec.heads.eagle import build_eagle  # noqa: E402
+from specdec.kernels.tuning import cpu_info  # noqa: E402
+from specdec.params import SamplingParams  # noqa: E402
 
 WARMUP = 2  # untimed calls before each timing
 

@@ -23,11 +23,11 @@ import math
 import numpy as np
 import torch
 
-from specdec.bench.workloads import CODE_PROMPTS, sharegpt_conversations, sharegpt_prompts
-from specdec.config import SamplingParams
+from specdec.data import CODE_PROMPTS, sharegpt_conversations, sharegpt_prompts
+from specdec.hub import gguf_source
+from specdec.kernels.tuning import machine
 from specdec.llm import LLM
-from specdec.models.kernel_tuning import machine
-from specdec.models.registry import gguf_source
+from specdec.params import SamplingParams
 
 TARGET = "qwen2.5-coder-1.5b-instruct"
 

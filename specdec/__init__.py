@@ -1,7 +1,7 @@
 """specdec: a speculative decoding engine."""
 
-from specdec.config import SamplingParams
 from specdec.engine import Completion, Engine
 from specdec.llm import LLM
+from specdec.params import SamplingParams
 
 __all__ = ["LLM", "Completion", "Engine", "SamplingParams"]

@@ -1,6 +1,6 @@
 """Token acceptors: given a draft and the target's distributions, which tokens to keep.
 
-The contract (see DESIGN.md) that every acceptor, built-in or user-written, follows:
+The contract (docs/design/contracts.md) that every acceptor, built-in or user-written, follows:
 
     acceptor(draft, target_probs, generators) -> Verdict
 

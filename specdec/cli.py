@@ -14,105 +14,9 @@ from specdec.errors import InvalidParameterError, SpecdecError
 
 def _model_args(p) -> None:
     """The target, its drafter and the acceptance rule: shared by generate and serve."""
-    p.add_argument("--model", required=True, help="registry name, HF directory or .gguf file")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument(
-        "--draft", default=None, help="draft model (name/path), speculator directory, or 'ngram'"
-    )
-    p.add_argument(
-        "--speculate",
-        default=None,
-        help="tokens drafted per step, or 'auto' (default with --draft)",
-    )
-    p.add_argument("--k-max", type=int, default=8, help="largest window 'auto' may choose")
-    p.add_argument(
-        "--tree",
-        default=None,
-        help="with speculator or eagle heads: top-k per draft position, e.g. 4,3,2, to draft "
-        "candidate trees verified in one pass (lossless for greedy and sampling)",
-    )
-    p.add_argument(
-        "--n-candidates", type=int, default=None, help="paths kept per tree (default: all)"
-    )
-    p.add_argument(
-        "--quant",
-        default="none",
-        choices=["none", "int4", "int8"],
-        help="target weights in 4 or 8 bits, quantized at load (the model that runs: "
-        "lossless acceptors reproduce its plain decoding)",
-    )
-    p.add_argument(
-        "--draft-quant",
-        default=None,
-        choices=["int4", "int8", "none"],
-        help="draft model weights in 4 bits (default on CPU; lossless: only q changes)",
-    )
-    p.add_argument(
-        "--draft-vocab",
-        type=int,
-        default=None,
-        help="the draft model scores only ShareGPT's N most frequent ids and each request's "
-        "own (a cheaper draft step; lossless: only q changes; 0 = all; default on a CPU: "
-        "the 65,536 lowest ids and each request's own)",
-    )
-    p.add_argument(
-        "--acceptor",
-        default="rejection",
-        help="rejection (lossless) | greedy | typical (lossy) | module:Class",
-    )
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (under torchrun)")
-    p.add_argument("--draft-tp", type=int, default=1, help="1 (replicated draft) or --tp")
-    p.add_argument(
-        "--learn",
-        action="store_true",
-        help="train the --draft speculator (or eagle) heads on the requests answered, between "
-        "engine steps and while idle, checkpointing into that directory (an empty or new one "
-        "starts untrained heads)",
-    )
-    p.add_argument(
-        "--learn-budget",
-        type=float,
-        default=0.25,
-        help="share of the engine's wall time training may take while serving (default 0.25)",
-    )
-    p.add_argument(
-        "--learn-lr",
-        type=float,
-        default=None,
-        help="the learner's AdamW rate after its warm-up (default 1e-3 for MLP heads, 3e-5 for "
-        "an eagle head, which arrives trained)",
-    )
-    p.add_argument(
-        "--learn-heads", type=int, default=3, help="heads of untrained --learn heads (default 3)"
-    )
-    p.add_argument(
-        "--no-cuda-graphs",
-        action="store_true",
-        help="on a GPU, run every pass eagerly instead of replaying CUDA graphs",
-    )
-    p.add_argument(
-        "--no-fused-layers",
-        action="store_true",
-        help="on a GPU, replay the model's own layers, never the compiled (fused) ones",
-    )
-    p.add_argument(
-        "--prefix-cache",
-        type=int,
-        default=4096,
-        metavar="TOKENS",
-        help="positions of recent prompts' keys and values kept, so a request that starts "
-        "the same way (a system turn, an earlier turn) prefills only the rest (default 4096; "
-        "0 = off)",
-    )
-    p.add_argument(
-        "--prefill-chunk",
-        default="auto",
-        metavar="TOKENS",
-        help="prefill long prompts in passes of at most this many positions, the requests "
-        "admitted together sharing them (0 = one pass; default auto: 512 on a CPU, where "
-        "one long pass's large tensors fault in fresh pages, one pass on a GPU)",
-    )
+    from specdec.engine_args import EngineArgs
+
+    EngineArgs.add_cli_args(p)
 
 
 def _generate_args(sub) -> None:
@@ -296,7 +200,7 @@ def cmd_generate(args) -> None:
 
 
 def _generate(args, quiet: bool) -> None:
-    from specdec.config import SamplingParams
+    from specdec.params import SamplingParams
 
     params = SamplingParams(
         temperature=args.temperature,
@@ -352,41 +256,12 @@ def _print_human(c, base, load_s: float) -> None:
     print(line, flush=True)
 
 
-def _load(args, **engine_args):
+def _load(args, **fields):
+    """The LLM of the parsed flags (`fields`: the command's own, e.g. max_batch)."""
+    from specdec.engine_args import EngineArgs
     from specdec.llm import LLM
 
-    return LLM(
-        args.model,
-        draft=args.draft,
-        speculate=args.speculate,
-        acceptor=args.acceptor,
-        k_max=args.k_max,
-        quant=args.quant,
-        draft_quant=args.draft_quant,
-        draft_vocab=args.draft_vocab,
-        dtype=args.dtype,
-        device=args.device,
-        tp=args.tp,
-        draft_tp=args.draft_tp,
-        tree=args.tree,
-        n_candidates=args.n_candidates,
-        learn=args.learn,
-        learn_config=_learn_config(args),
-        learn_heads=args.learn_heads,
-        cuda_graphs=not args.no_cuda_graphs,
-        fused_layers=not args.no_fused_layers,
-        prefix_cache_tokens=args.prefix_cache,
-        prefill_chunk=args.prefill_chunk,
-        **engine_args,
-    )
-
-
-def _learn_config(args):
-    if not args.learn:
-        return None
-    from specdec.speculator.online import LearnConfig
-
-    return LearnConfig(budget=args.learn_budget, lr=args.learn_lr)
+    return LLM(EngineArgs.from_cli_args(args, **fields))
 
 
 def cmd_serve(args) -> None:
@@ -428,16 +303,16 @@ def _serve(args, llm, sync) -> None:
 def cmd_bench_serve(args) -> None:
     import asyncio
 
-    from specdec.bench import workloads
+    from specdec import data
     from specdec.serving import loadgen
 
     if args.url is None and args.model is None:
         raise InvalidParameterError("give --url of a running server or --model to launch one")
     n = args.num_prompts
     if args.dataset == "code":
-        prompts = (workloads.CODE_PROMPTS * (n // len(workloads.CODE_PROMPTS) + 1))[:n]
+        prompts = (data.CODE_PROMPTS * (n // len(data.CODE_PROMPTS) + 1))[:n]
     else:
-        prompts = workloads.sharegpt_prompts(n)
+        prompts = data.sharegpt_prompts(n)
     loads = (
         [("rate", args.request_rate)]
         if args.request_rate
@@ -504,7 +379,7 @@ def cmd_bench_serve(args) -> None:
 def cmd_train_speculator(args) -> None:
     import torch
 
-    from specdec.speculator.train import (
+    from specdec.training.stages import (
         TrainConfig,
         heads_autocast,
         target_dtype,
@@ -550,10 +425,11 @@ def cmd_train_speculator(args) -> None:
 
 
 def cmd_models(args) -> None:
-    from specdec.models import registry
+    from specdec import hub
+
 
     if args.models_cmd == "list":
-        for row in registry.list_models():
+        for row in hub.list_models():
             state = "installed" if row["installed"] else "not installed"
             dtypes = ",".join(row["converted"]) or "-"
             size_mb = row["size"] / 1e6
@@ -562,7 +438,7 @@ def cmd_models(args) -> None:
                 f"{row['description']}"
             )
     else:
-        print(registry.pull(args.name, args.dtype))
+        print(hub.pull(args.name, args.dtype))
 
 
 def cmd_doctor(args) -> None:

@@ -31,8 +31,8 @@ log = logging.getLogger(__name__)
 
 
 def cost_file(setup: dict) -> Path:
-    from specdec.models.kernel_tuning import machine_id
-    from specdec.models.registry import cache_root
+    from specdec.hub import cache_root
+    from specdec.kernels.tuning import machine_id
 
     key = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:16]
     return cache_root() / "costs" / f"{machine_id()}-{key}.json"

@@ -18,7 +18,7 @@ One implementation serves `--speculate auto` and the benchmarks' predictions:
   prefill is lazy (rows not caught up need a catch-up pass over their history) against
   what speculating would save over the tokens the rows still have to generate. Before a
   verify pass or draft step is timed, it prices them from the kernel plans' own timings
-  (`kernel_tuning.projection_seconds`) where those exist.
+  (`tuning.projection_seconds`) where those exist.
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def _rising(table: dict[int, float], least=None) -> dict[int, float]:
 
 class PlanGrowth:
     """How a verify pass of `rows` rows grows with its tokens per row, at least: the
-    target's projection seconds per pass width (`kernel_tuning.projection_seconds`) as two
+    target's projection seconds per pass width (`tuning.projection_seconds`) as two
     envelopes, `lo` (at each width the least any wider one took) and `hi` (the most any
     narrower one took), so that lo(wide) / hi(narrow) is a growth the projections' own
     timings allow at the least, less the part of a pass they leave out
@@ -217,7 +217,7 @@ class CostModel:
     draft_ratio: float | None = None
     # Seconds of one pass of n rows (n -> s, at the kernel buckets) through the target's
     # and through the draft's projections, from the timings behind their kernel plans
-    # (`kernel_tuning.projection_seconds`; empty: unknown). They price what has not been
+    # (`tuning.projection_seconds`; empty: unknown). They price what has not been
     # timed yet: how a pass grows with its rows (`startup_verify_time`) and the draft's
     # cost relative to the target's (`draft_share`). Read from the kernel cache at each
     # start, so neither stored (`to_json`) nor compared: they are no measurement of a run.
@@ -628,7 +628,7 @@ def relative_cost(draft_model, target_model) -> float | None:
 
 
 def _step_bytes(model) -> int:
-    from specdec.models.linear import Linear  # here: the rest of this module needs no torch
+    from specdec.kernels.linear import Linear  # here: the rest of this module needs no torch
 
     total = 0
     for name, module in model.named_modules():
@@ -1013,7 +1013,7 @@ class AdaptiveWindow:
 
     def set_plan_seconds(self, target: dict[int, float], draft: dict[int, float]) -> None:
         """The target's and the draft's projection seconds per pass width, from their
-        kernel plans (`kernel_tuning.projection_seconds`; empty: unknown)."""
+        kernel plans (`tuning.projection_seconds`; empty: unknown)."""
         self.costs.target_plan_s, self.costs.draft_plan_s = target, draft
 
     def _guard(self, rows: int, seconds: float, tokens_per_row: float) -> None:

@@ -52,7 +52,7 @@ def matmul_gflops(threads: int, n: int = 256, seconds: float = 0.3) -> float:
 
 # All threads over one thread below this: the threads share cores at the moment. Why: on a
 # 2-vCPU EPYC VM two single-thread FMA loops ran 5.6-5.7 FMA/ns each in most minutes and
-# 2.95 each in one (docs/bench-zen3-s49/fma_pairs.log): the host had put both vCPUs on one
+# 2.95 each in one (archived runs, git tag archive/bench-runs): the host had put both vCPUs on one
 # core's hardware threads, and `lscpu` said 2 cores either way.
 SHARED_CORES_SCALING = 1.4
 
@@ -95,14 +95,14 @@ def kernel_rows(cache: dict) -> list[dict]:
 
 def tile_prefetch_row(cache: dict) -> dict | None:
     """The int4 tile layout's prefetch level chosen here and its GB/s at 1 and 4 rows at each
-    level (`kernel_tuning.tune_prefetch`), or None before an int4 target has loaded."""
+    level (`tuning.tune_prefetch`), or None before an int4 target has loaded."""
     entry = cache.get("tile_prefetch")
     return {"level": entry["level"], "gb_s": _gb_s(entry)} if entry else None
 
 
 def _gb_s(entry: dict) -> dict:
     """{setting: {rows: GB/s}} of a timing entry's {setting: {rows: seconds}} sweeps of
-    `entry["bytes"]` weight bytes (`kernel_tuning`'s prefetch and panel layout timings)."""
+    `entry["bytes"]` weight bytes (`tuning`'s prefetch and panel layout timings)."""
     return {
         name: {rows: round(entry["bytes"] / s / 1e9, 1) for rows, s in by_rows.items()}
         for name, by_rows in entry["seconds"].items()
@@ -111,16 +111,16 @@ def _gb_s(entry: dict) -> dict:
 
 def bf16_panels_row(cache: dict) -> dict | None:
     """The bf16 panel layout chosen here ("16x2": pairs of k, `vdpbf16ps`; "32x1": fp32
-    FMAs) and each layout's GB/s at 1, 4 and 8 rows (`kernel_tuning.tune_bf16_panels`),
+    FMAs) and each layout's GB/s at 1, 4 and 8 rows (`tuning.tune_bf16_panels`),
     or None where the build reads one layout or no bf16 model has loaded yet."""
     entry = cache.get("bf16_panels")
     return {"layout": "{}x{}".format(*entry["layout"]), "gb_s": _gb_s(entry)} if entry else None
 
 
 def report(bandwidth_gib: float = 1.0) -> dict:
-    from specdec.models import native
-    from specdec.models.kernel_tuning import kernel_cache, machine
-    from specdec.models.registry import REGISTRY, cache_root
+    from specdec.hub import REGISTRY, cache_root
+    from specdec.kernels import native
+    from specdec.kernels.tuning import kernel_cache, machine
 
     bandwidth = read_bandwidth_gbs(bandwidth_gib)
     compute = arithmetic(torch.get_num_threads())

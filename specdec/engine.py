@@ -20,18 +20,18 @@ from typing import TypeVar
 import torch
 
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcceptor, Verdict
-from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow, relative_cost
 from specdec.drafters.base import Drafter, PassStates
 from specdec.errors import ContextLengthError, InvalidParameterError
-from specdec.metrics import SpecStats
-from specdec.models.kernel_tuning import projection_seconds
+from specdec.graphs.static_pass import StaticPasses, capture_seconds, use_static_passes
+from specdec.heads.tree import TreeDraft, TreeWalkSampler
+from specdec.kernels.tuning import projection_seconds
 from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
-from specdec.models.static_pass import StaticPasses, capture_seconds, use_static_passes
 from specdec.models.transformer import Transformer, pass_spans, right_pad
+from specdec.params import SamplingParams
 from specdec.sampling import make_generator, request_probs
-from specdec.speculator.tree import TreeDraft, TreeWalkSampler
+from specdec.stats import SpecStats
 from specdec.tokenization import StopChecker
 
 
@@ -143,12 +143,12 @@ class Engine:
     `generate_steps` yields between them.
 
     `static_passes` runs the target's decode and verify passes through fixed-shape,
-    bucketed passes over preallocated buffers (`specdec.models.static_pass`), and
+    bucketed passes over preallocated buffers (`specdec.graphs.static_pass`), and
     `cuda_graphs` captures them as CUDA graphs. Both default to on for a CUDA model and
     off on the CPU, where the eager pass is unchanged (`cuda_graphs` is ignored there;
     `static_passes=True` runs the buffered path eagerly, which is how CPU tests check it).
     With graphs the passes run the model's `layer_stack`: by default the faster of its
-    own layers and the compiled ones (`specdec.models.fused_layers`), raced at capture.
+    own layers and the compiled ones (`specdec.graphs.fused_layers`), raced at capture.
     """
 
     def __init__(
@@ -767,7 +767,7 @@ _T = TypeVar("_T")
 # the 1.5B's MLP at 4 x 1,024 tokens), which come from fresh pages every time: 2.4 M page
 # faults and 5-7 s of system time a prefill there. Passes of 512 positions fault next to
 # never and took 0.75-0.87x the one pass's time at 1,024-token prompts (int4 and bf16,
-# batch 1 and 4) on the 2-vCPU Xeon (stop 60, docs/BENCHMARKS.md); much smaller passes
+# batch 1 and 4) on the 2-vCPU Xeon; much smaller passes
 # pay per pass (64: 1.24x). A GPU has no such cost and takes a prompt in one pass.
 PREFILL_CHUNK_CPU = 512
 

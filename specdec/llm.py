@@ -23,7 +23,6 @@ from pathlib import Path
 import torch
 
 from specdec.acceptors import ACCEPTORS, TokenAcceptor
-from specdec.config import SamplingParams
 from specdec.cost_cache import cost_file, load_acceptance, load_costs, save_costs
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.distributed import (
@@ -33,6 +32,7 @@ from specdec.distributed import (
     shared_seeds,
     shared_window,
 )
+from specdec.distributed.sharding import load_shard
 from specdec.drafters import DraftModelDrafter, EagleDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.drafters.draft_model import check_same_tokenizer
 from specdec.drafters.draft_vocab import (
@@ -42,10 +42,16 @@ from specdec.drafters.draft_vocab import (
     lowest_ids,
     prune_vocab_head,
 )
+from specdec.drafters.kinds import DraftSpec
 from specdec.engine import Completion, Engine, resolve_prefill_chunk
+from specdec.engine_args import MAX_WINDOW, EngineArgs, parse_speculate
 from specdec.errors import InvalidParameterError, SpecdecError
-from specdec.models.decode_stack import tune_stack
-from specdec.models.kernel_tuning import (
+from specdec.graphs.static_pass import use_static_passes
+from specdec.heads.eagle import load_eagle
+from specdec.heads.mlp import load_speculator
+from specdec.kernels.decode_stack import tune_stack
+from specdec.kernels.quant import quantize, with_decode_stack
+from specdec.kernels.tuning import (
     tune_bf16_panels,
     tune_kernels,
     tune_layout,
@@ -53,16 +59,11 @@ from specdec.models.kernel_tuning import (
     use_stored_bf16_panels,
 )
 from specdec.models.loading import load_transformer
-from specdec.models.quant import QUANTS, quantize, with_decode_stack
-from specdec.models.static_pass import use_static_passes
-from specdec.speculator.eagle import is_eagle_dir, load_eagle
-from specdec.speculator.model import is_speculator_dir, load_speculator
+from specdec.models.transformer import Transformer
+from specdec.params import SamplingParams
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
 log = logging.getLogger(__name__)
-
-MAX_WINDOW = 32
-
 
 class LLM:
     """A loaded target model plus its tokenizer and, optionally, a drafter.
@@ -84,23 +85,23 @@ class LLM:
         halving a draft step's cost; it changes only q, which the lossless acceptors
         correct, never the output distribution. "none" keeps the draft in `dtype`.
     Every CPU projection runs the kernel measured fastest on this machine for its shape and
-    row count (`specdec.models.kernel_tuning`; timed once per machine, then cached).
+    row count (`specdec.kernels.tuning`; timed once per machine, then cached).
     tp: tensor-parallel ranks for the target, launched by `torchrun --nproc-per-node tp`;
         every rank builds the same LLM and calls `generate` with the same prompts.
     draft_tp: 1 (default: every rank runs the whole draft model, no communication) or
         `tp` (the draft is sharded like the target).
     tree: with speculator or eagle heads, the top-k per draft position ("4,3,2"): each step
         drafts a candidate tree of the best `n_candidates` paths (default: all), verified
-        in one target pass (`specdec.speculator.tree`); lossless with the rejection and
+        in one target pass (`specdec.heads.tree`); lossless with the rejection and
         greedy acceptors.
     learn: with speculator heads (or an eagle head), train them on the requests this LLM
-        answers while it serves (`specdec.speculator.online`), checkpointing into the
+        answers while it serves (`specdec.training.online`), checkpointing into the
         heads directory; a directory without heads starts untrained ones (`learn_heads` of
         them, reusing the target's tables). `learn_config` (a LearnConfig) sets the budget
         and sizes; `learner` then holds the trainer and its metrics. Output stays lossless.
     cuda_graphs: on a CUDA device (default on), the target's decode and verify passes,
         the draft model's steps and the heads' drafting run as CUDA graphs captured per
-        bucket of (rows, tokens per row) (`specdec.models.static_pass`); False is the
+        bucket of (rows, tokens per row) (`specdec.graphs.static_pass`); False is the
         eager fallback (`--no-cuda-graphs`). Ignored on the CPU, whose passes stay eager,
         and under tensor parallelism (not captured yet).
     fused_layers: with CUDA graphs (default on), the target's and the draft model's
@@ -117,128 +118,64 @@ class LLM:
     """
 
     @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others
-    def __init__(
-        self,
-        model: str,
-        *,
-        draft: str | None = None,
-        speculate: int | str | None = None,
-        acceptor: str | TokenAcceptor = "rejection",
-        k_max: int = 8,
-        quant: str = "none",
-        draft_quant: str | None = None,
-        draft_vocab: int | None = None,
-        dtype: str = "bf16",
-        device: str = "cpu",
-        max_batch: int = 8,
-        max_len: int | None = None,
-        tp: int = 1,
-        draft_tp: int = 1,
-        tree: str | Sequence[int] | None = None,
-        n_candidates: int | None = None,
-        learn: bool = False,
-        learn_config=None,
-        learn_heads: int = 3,
-        cuda_graphs: bool = True,
-        prefix_cache_tokens: int = 4096,
-        fused_layers: bool = True,
-        prefill_chunk: int | str | None = "auto",
-    ) -> None:
-        from specdec.models.registry import gguf_source, resolve
+    def __init__(self, model: str | EngineArgs, **options) -> None:
+        """`LLM(model, **options)` with the fields of `EngineArgs` as options, or
+        `LLM(EngineArgs(...))`."""
+        from specdec.hub import gguf_source, resolve
 
-        self.prefill_chunk = resolve_prefill_chunk(prefill_chunk, device)  # before any load
-
-        self.tp = init_tensor_parallel(tp, device)  # None for tp = 1; checks WORLD_SIZE
-        if draft_tp not in (1, tp):
-            raise InvalidParameterError(f"draft_tp must be 1 or tp ({tp}), got {draft_tp}")
-        heads = draft is not None and (is_speculator_dir(draft) or is_eagle_dir(draft))
-        if draft_tp > 1 and heads:
-            raise InvalidParameterError(
-                "speculator heads are replicated on every rank (they are small): "
-                "use --draft-tp 1 with them"
-            )
-        self.draft_tp = draft_tp
-        if draft_vocab is not None and draft_vocab < 0:
-            raise InvalidParameterError(f"draft_vocab must be >= 0, got {draft_vocab}")
-        if draft_vocab and (draft is None or draft == "ngram" or heads):
-            raise InvalidParameterError(
-                "--draft-vocab cuts a draft model's vocabulary head: it needs a draft model "
-                "as --draft (speculator heads take theirs from train-speculator --draft-vocab)"
-            )
-        if draft_vocab and draft_tp > 1:
-            raise InvalidParameterError("--draft-vocab needs --draft-tp 1 (a whole draft head)")
-        self.draft_vocab = draft_vocab
+        args = model if isinstance(model, EngineArgs) else EngineArgs(model=model, **options)
+        self.args = args
+        spec, device, dtype = args.draft_spec, args.device, args.dtype
+        self.prefill_chunk = resolve_prefill_chunk(args.prefill_chunk, device)  # before any load
+        self.tp = init_tensor_parallel(args.tp, device)  # None for tp = 1; checks WORLD_SIZE
+        self.draft_tp = args.draft_tp
+        self.draft_vocab = args.draft_vocab
         self.draft_head = None  # what a draft model's vocabulary head scores, in words
-        static, graphs = use_static_passes(torch.device(device), None, cuda_graphs)
+        static, graphs = use_static_passes(torch.device(device), None, args.cuda_graphs)
         # Engine and drafter options, shared by every engine built on this LLM.
         self.engine_options = {
             "static_passes": static and self.tp is None,
             "cuda_graphs": graphs and self.tp is None,
         }
-
-        window = build_window(
-            speculate if speculate is not None else (0 if draft is None else "auto"), k_max
-        )
-        acceptor = build_acceptor(acceptor)
-        for name, value in (("quant", quant), ("draft_quant", draft_quant)):
-            if value is not None and value not in QUANTS:
-                raise InvalidParameterError(
-                    f"{name} must be one of {', '.join(QUANTS)}, got {value!r}"
-                )
-        path = resolve(model, dtype)
-        self.name = model
+        window = build_window(args.window, args.k_max)
+        acceptor = build_acceptor(args.acceptor)
+        path = resolve(args.model, dtype)
+        self.name = args.model
         self.tokenizer = load_tokenizer(path)
         self.eos_ids = eos_token_ids(path, self.tokenizer)
         if self.tp is not None:  # each rank on its own device; refuse bad splits before loading
             device = self.tp.device
-            check_tp_split(path, draft if draft_tp > 1 else None, dtype, tp)
+            check_tp_split(path, spec.value if args.draft_tp > 1 else None, dtype, args.tp)
         # int4 from a Q4_K GGUF runs the file's own 4-bit blocks (a shard re-quantizes).
-        source = gguf_source(model) if quant == "int4" and self.tp is None else None
+        quant = args.quant
+        source = gguf_source(args.model) if quant == "int4" and self.tp is None else None
         if torch.device(device).type == "cpu":
             use_stored_bf16_panels()  # pack once, in the layout this machine timed
         self.model = _tuned(
-            quantize(load_transformer(path, dtype, torch.device(device), tp=self.tp), quant, source)
+            quantize(_load_model(path, dtype, device, self.tp), quant, source)
         )
-        self.layer_stack = None if fused_layers else "eager"  # raced at the first capture
+        self.layer_stack = None if args.fused_layers else "eager"  # raced at the first capture
         self.model.layer_stack = self.layer_stack
         self.quant = quant
+        draft_quant = args.draft_quant
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
         self.draft_quant = draft_quant
         self.speculator = self.learner = self.eagle = None
-        self.learning = learn
-        self.tree = _parse_tree(tree)
-        self.n_candidates = n_candidates
-        if learn:
-            if tp > 1:
-                raise InvalidParameterError("learning while serving runs with --tp 1 only")
-            if draft is None or draft == "ngram":
-                raise InvalidParameterError("--learn needs a speculator directory as --draft")
-            _new_heads_if_empty(draft, self.model, learn_heads)
-        factory = self._drafter_factory(draft, dtype, device, draft_quant) if draft else None
-        if learn:
-            from specdec.speculator.online import OnlineLearner
-
-            if self.eagle is not None:  # trains the loaded head, serves its drafting form
-                quant = self.draft_quant
-                self.learner = OnlineLearner(
-                    self._eagle_source,
-                    learn_config,
-                    out=draft,
-                    serve=lambda head: _drafting_form(head, quant, self.learner.current),
-                    current=self.eagle,
-                )
-            elif self.speculator is None:
-                raise InvalidParameterError(f"--learn: {draft} holds no speculator heads")
-            else:
-                self.learner = OnlineLearner(self.speculator, learn_config, out=draft)
-        if self.tree is not None and self.speculator is None and self.eagle is None:
-            raise InvalidParameterError("--tree needs speculator heads as --draft")
+        self.learning = args.learn
+        self.tree = args.tree
+        self.n_candidates = args.n_candidates
+        if args.learn:
+            _new_heads_if_empty(spec.value, self.model, args.learn_heads)
+        factory = self._drafter_factory(spec, dtype, device, draft_quant) if spec else None
+        if args.learn:
+            self.learner = self._learner(spec)
         tree_nodes = factory(1, 1).max_nodes if self.tree is not None else 0
         heads_model = self.speculator or self.eagle
         if heads_model is not None and isinstance(window, AdaptiveWindow):
             n = heads_model.config.n_predict  # the heads draft at most n tokens
             window = AdaptiveWindow(k_max=min(window.k_max, n))
+        max_len = args.max_len
         if max_len is not None:  # a server's fixed budget, never past the model's context
             headroom = max(window.k_max, tree_nodes) + 2
             max_len = min(max_len, self.model.config.max_position_embeddings + headroom)
@@ -246,9 +183,9 @@ class LLM:
         if isinstance(window, AdaptiveWindow) and self.tp is None and _cost_cache_on():
             setup = {
                 "target": str(path), "quant": quant, "dtype": dtype, "device": str(device),
-                "draft": draft, "draft_quant": draft_quant, "draft_vocab": draft_vocab,
+                "draft": args.draft, "draft_quant": draft_quant, "draft_vocab": args.draft_vocab,
                 "tree": self.tree,
-                "n_candidates": n_candidates, "max_batch": max_batch,
+                "n_candidates": args.n_candidates, "max_batch": args.max_batch,
                 "int4_layout": "measured",  # costs timed with the draft in rows by rule are stale
             }  # fmt: skip
             self._costs_file, self._costs_setup = cost_file(setup), setup
@@ -260,17 +197,36 @@ class LLM:
             self.model,
             self.tokenizer,
             self.eos_ids,
-            max_batch,
+            args.max_batch,
             factory,
             acceptor,
             window,
             max_len=max_len,
             max_tree_nodes=tree_nodes,
-            prefix_cache_tokens=prefix_cache_tokens,
+            prefix_cache_tokens=args.prefix_cache_tokens,
             prefill_chunk=self.prefill_chunk,
             **self.engine_options,
         )
-        self.prefix_cache_tokens = prefix_cache_tokens
+        self.prefix_cache_tokens = args.prefix_cache_tokens
+
+    def _learner(self, spec: DraftSpec):
+        """The online learner of the heads `spec` names (`--learn`)."""
+        from specdec.training.online import LearnConfig, OnlineLearner
+
+        args = self.args
+        config = args.learn_config or LearnConfig(budget=args.learn_budget, lr=args.learn_lr)
+        if self.eagle is not None:  # trains the loaded head, serves its drafting form
+            quant = self.draft_quant
+            return OnlineLearner(
+                self._eagle_source,
+                config,
+                out=spec.value,
+                serve=lambda head: _drafting_form(head, quant, self.learner.current),
+                current=self.eagle,
+            )
+        if self.speculator is None:
+            raise InvalidParameterError(f"--learn: {spec.value} holds no speculator heads")
+        return OnlineLearner(self.speculator, config, out=spec.value)
 
     def plain_engine(self) -> Engine:
         """The same target without speculation, for side-by-side comparisons."""
@@ -284,47 +240,60 @@ class LLM:
             **self.engine_options,
         )
 
-    def _drafter_factory(self, draft: str, dtype: str, device: str, quant: str):
-        if draft == "ngram":
-            return lambda max_batch, max_len: NgramDrafter()
-        if is_eagle_dir(draft):
-            head = load_eagle(draft, self.model, self.model.dtype, device)
-            if self.learning:  # the learner trains this form: for_drafting works in place
-                from specdec.speculator.online import copy_heads
+    def _drafter_factory(self, spec: DraftSpec, dtype: str, device: str, quant: str):
+        """`(max_batch, max_len) -> Drafter` for the kind `spec` names (dispatched once)."""
+        build = {
+            "ngram": self._ngram_drafter,
+            "model": self._draft_model_drafter,
+            "heads": self._heads_drafter,
+            "eagle": self._eagle_drafter,
+        }[spec.kind]
+        return build(spec.value, dtype, device, quant)
 
-                self._eagle_source, head = head, copy_heads(head, head)
-            self.eagle = _drafting_form(head, quant)
-            return lambda max_batch, max_len: EagleDrafter(
-                self.eagle if self.learner is None else self.learner.current,
-                max_batch,
-                max_len,
-                self.tree,
-                self.n_candidates,
-                learner=self.learner,
-            )
-        if is_speculator_dir(draft):
-            # Under tensor parallelism every rank holds all the heads (they are small) and
-            # drafts alike from the whole hidden state, which every rank has after the
-            # target's all-reduces; heads that reuse the target's head get it whole.
-            self.speculator = load_speculator(draft, self.model, self.model.dtype, device)
-            if not self.learning:  # a learner trains these and serves them as they are
-                self.speculator = tuned_layers(self.speculator.for_drafting(quant))
-            return lambda max_batch, max_len: SpeculatorDrafter(
-                self.speculator if self.learner is None else self.learner.current,
-                max_batch,
-                device,
-                tree=self.tree,
-                n_candidates=self.n_candidates,
-                learner=self.learner,
-                **self.engine_options,
-            )
-        from specdec.models.registry import gguf_source, resolve
+    def _ngram_drafter(self, value, dtype: str, device: str, quant: str):
+        return lambda max_batch, max_len: NgramDrafter()
+
+    def _eagle_drafter(self, draft: str, dtype: str, device: str, quant: str):
+        head = load_eagle(draft, self.model, self.model.dtype, device)
+        if self.learning:  # the learner trains this form: for_drafting works in place
+            from specdec.training.online import copy_heads
+
+            self._eagle_source, head = head, copy_heads(head, head)
+        self.eagle = _drafting_form(head, quant)
+        return lambda max_batch, max_len: EagleDrafter(
+            self.eagle if self.learner is None else self.learner.current,
+            max_batch,
+            max_len,
+            self.tree,
+            self.n_candidates,
+            learner=self.learner,
+        )
+
+    def _heads_drafter(self, draft: str, dtype: str, device: str, quant: str):
+        # Under tensor parallelism every rank holds all the heads (they are small) and
+        # drafts alike from the whole hidden state, which every rank has after the
+        # target's all-reduces; heads that reuse the target's head get it whole.
+        self.speculator = load_speculator(draft, self.model, self.model.dtype, device)
+        if not self.learning:  # a learner trains these and serves them as they are
+            self.speculator = tuned_layers(self.speculator.for_drafting(quant))
+        return lambda max_batch, max_len: SpeculatorDrafter(
+            self.speculator if self.learner is None else self.learner.current,
+            max_batch,
+            device,
+            tree=self.tree,
+            n_candidates=self.n_candidates,
+            learner=self.learner,
+            **self.engine_options,
+        )
+
+    def _draft_model_drafter(self, draft: str, dtype: str, device: str, quant: str):
+        from specdec.hub import gguf_source, resolve
 
         path = resolve(draft, dtype)
         check_same_tokenizer(self.tokenizer, load_tokenizer(path))
         # draft_tp = 1: every rank holds the whole draft and drafts on its own.
         shard = self.tp if self.draft_tp > 1 else None
-        draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
+        draft_model = _load_model(path, dtype, device, shard)
         source = gguf_source(draft) if quant == "int4" and shard is None else None
         draft_model = quantize(draft_model, quant, source)  # its layout measured in _tuned
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
@@ -448,7 +417,7 @@ def tuned_layers(module):
 def _new_heads_if_empty(draft: str, target, n: int) -> None:
     """`--learn` on a directory without heads: untrained ones (the target's tables, so only
     small projections and adapters learn), written there so a restart resumes."""
-    from specdec.speculator.model import build_speculator
+    from specdec.heads.mlp import build_speculator
 
     path = Path(draft).expanduser()
     if (path / "config.json").exists():
@@ -458,31 +427,12 @@ def _new_heads_if_empty(draft: str, target, n: int) -> None:
     build_speculator(target, n_predict=n, reuse_target=True).save(path)
 
 
-def _parse_tree(tree: str | Sequence[int] | None) -> tuple[int, ...] | None:
-    """ "4,3,2" or (4, 3, 2) -> (4, 3, 2); None stays None."""
-    if tree is None or isinstance(tree, tuple | list):
-        return None if tree is None else tuple(int(k) for k in tree)
-    try:
-        return tuple(int(k) for k in str(tree).split(","))
-    except ValueError:
-        raise InvalidParameterError(f"tree must look like 4,3,2, got {tree!r}") from None
-
-
 def build_window(speculate: int | str, k_max: int = 8) -> FixedWindow | AdaptiveWindow:
     """`--speculate K|auto` -> the window policy."""
+    speculate = parse_speculate(speculate)
     if not 1 <= k_max <= MAX_WINDOW:
         raise InvalidParameterError(f"k_max must be in [1, {MAX_WINDOW}], got {k_max}")
-    if speculate == "auto":
-        return AdaptiveWindow(k_max=k_max)
-    try:
-        k = int(speculate)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(
-            f"speculate must be an integer or 'auto', got {speculate!r}"
-        ) from None
-    if not 0 <= k <= MAX_WINDOW:
-        raise InvalidParameterError(f"speculate must be in [0, {MAX_WINDOW}] or 'auto', got {k}")
-    return FixedWindow(k)
+    return AdaptiveWindow(k_max=k_max) if speculate == "auto" else FixedWindow(speculate)
 
 
 def build_acceptor(spec: str | TokenAcceptor) -> TokenAcceptor:
@@ -525,3 +475,10 @@ def _import(module: str):
     loaded = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loaded)
     return loaded
+
+
+def _load_model(path, dtype: str, device: str, tp) -> Transformer:
+    """The whole model on `device`, or with `tp` this rank's tensor-parallel shard."""
+    if tp is None:
+        return load_transformer(path, dtype, torch.device(device))
+    return load_shard(path, dtype, tp)

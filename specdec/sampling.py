@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import torch
 
-from specdec.config import SamplingParams
+from specdec.params import SamplingParams
 
 
 def probs_from_logits(

@@ -77,8 +77,8 @@ def staggered(engine, prompts, params):
 def plain_greedy_references(tokenizer, prompts, max_tokens: int, kind: str = "qwen2"):
     """(target, greedy outputs of `prompts`, their SamplingParams) on a fresh tiny fp32
     target: the references the speculative equivalence tests compare against."""
-    from specdec.config import SamplingParams
     from specdec.engine import Engine
+    from specdec.params import SamplingParams
 
     target = native_from_hf(hf_tiny(kind))
     params = SamplingParams(temperature=0, max_tokens=max_tokens)

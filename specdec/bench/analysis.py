@@ -20,7 +20,7 @@ Two speedups over plain decoding of the same group:
   step that speculates), so it is timed in the decode phase, not in `prefill_s`.
 - `cpu_speedup`: end to end in this process's CPU seconds; on a shared machine with
   `--threads 1` it is what wall time would show on a quiet one.
-- `paired_cpu_speedup`: the same per turn, as `paired_speedup` (stop 45: at 1024 x 4 the
+- `paired_cpu_speedup`: the same per turn, as `paired_speedup` (at 1024 x 4 the
   median runs, taken from different turns, read 0.91x where the wall-time turns spread
   0.88-1.12x).
 

@@ -22,6 +22,7 @@ when `bench` runs.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import sys
@@ -40,6 +41,7 @@ from specdec.bench.plan import (
     vllm_draft_k,
 )
 from specdec.bench.results import ResultStore
+from specdec.engine_args import EngineArgs
 from specdec.errors import InvalidParameterError, SpecdecError
 
 if TYPE_CHECKING:
@@ -58,22 +60,21 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+# The EngineArgs fields the bench takes as flags (with --interleave steps the methods also
+# take turns between a long prefill's passes; each run starts with the prefix cache empty).
+ENGINE_FLAGS = (
+    "model", "draft", "dtype", "device", "quant", "draft_quant", "draft_vocab", "k_max",
+    "tp", "draft_tp", "cuda_graphs", "prefix_cache_tokens", "prefill_chunk",
+)  # fmt: skip
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="benchmark sweep: results.json/csv, plots, summary")
     p.add_argument("--quick", action="store_true", help="the quick preset (SmolLM2, minutes)")
     p.add_argument("--out", default=None, help="output folder (default bench-out/<preset>)")
-    p.add_argument("--model", default=None, help="target (default: the preset's)")
-    p.add_argument("--draft", default=None, help="draft model (default: the preset's)")
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    p.add_argument("--quant", default="none", choices=["none", "int4", "int8"], help="target")
-    p.add_argument("--draft-quant", default=None, choices=["int4", "int8", "none"])
-    p.add_argument(
-        "--draft-vocab",
-        type=int,
-        default=None,
-        help="draft model's head: N ids (0: all; default: as `specdec generate`)",
-    )
+    # The engine options the bench's own engines take, as `specdec generate` does; the
+    # target and draft default to the preset's.
+    EngineArgs.add_cli_args(p, only=ENGINE_FLAGS, defaults={"model": None, "draft": None})
     p.add_argument("--workloads", type=_names, default=None, help="code,sharegpt,synthetic")
     p.add_argument("--prompt-lens", type=_ints, default=None, help="synthetic prompt lengths")
     p.add_argument("--batches", type=_ints, default=None, help="e.g. 1,2,4,8,16")
@@ -111,7 +112,6 @@ def add_parser(subparsers) -> None:
         default=None,
         help="runs per point, taken in turns with the group's other methods; median kept",
     )
-    p.add_argument("--k-max", type=int, default=8, help="largest window auto may choose")
     p.add_argument("--curve-ks", type=_ints, default=None, help="verify-cost curve k values")
     p.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens")
     p.add_argument(
@@ -121,21 +121,6 @@ def add_parser(subparsers) -> None:
         help="text that synthetic prompts are cut from",
     )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: all)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (under torchrun)")
-    p.add_argument("--draft-tp", type=int, default=1, help="1 (replicated draft) or --tp")
-    p.add_argument(
-        "--no-cuda-graphs",
-        action="store_true",
-        help="on a GPU, run every pass eagerly instead of replaying CUDA graphs",
-    )
-    p.add_argument(
-        "--prefix-cache",
-        type=int,
-        default=4096,
-        metavar="TOKENS",
-        help="our engines' prefix cache, in positions (default 4096, as `specdec generate`; "
-        "0 = off). Each run starts with it empty, so only a run's own prompts share",
-    )
     p.add_argument(
         "--interleave",
         default="rounds",
@@ -143,14 +128,6 @@ def add_parser(subparsers) -> None:
         help="how finely a point's methods take turns: a batch of requests each (rounds), "
         "or our engines one step each (steps: a quieter ratio on a host whose speed drifts; "
         "peers still take whole rounds)",
-    )
-    p.add_argument(
-        "--prefill-chunk",
-        default="auto",
-        metavar="TOKENS",
-        help="our engines prefill in passes of at most this many positions (0 = one pass; "
-        "default auto: as `specdec generate`); with --interleave steps the methods also take "
-        "turns between passes, inside a long prefill",
     )
     p.add_argument("--price-per-hour", type=float, default=None, help="machine price, $/hour")
     p.add_argument("--report-only", action="store_true", help="rewrite plots and summary only")
@@ -232,10 +209,10 @@ def _run(args, leader: bool, tp) -> None:
         }
     if args.tp > 1:  # only then: folders measured before --tp existed still resume
         config |= {"tp": args.tp, "draft_tp": args.draft_tp}
-    if args.no_cuda_graphs:  # only then: folders measured before graphs existed still resume
+    if not args.cuda_graphs:  # only then: folders measured before graphs existed still resume
         config["cuda_graphs"] = False
-    if args.prefix_cache:  # folders measured before the prefix cache existed had none
-        config["prefix_cache"] = args.prefix_cache
+    if args.prefix_cache_tokens:  # folders measured before the prefix cache had none
+        config["prefix_cache"] = args.prefix_cache_tokens
     if args.interleave != "rounds":  # only then: folders measured before it still resume
         config["interleave"] = args.interleave
     from specdec.engine import resolve_prefill_chunk
@@ -292,8 +269,8 @@ def _command(preset, args) -> str:
     words += ["--quick"] if args.quick else []
     words += ["--tp", str(args.tp)] if args.tp > 1 else []
     words += ["--draft-tp", str(args.draft_tp)] if args.draft_tp > 1 else []
-    words += ["--no-cuda-graphs"] if getattr(args, "no_cuda_graphs", False) else []
-    cached = getattr(args, "prefix_cache", 4096)
+    words += ["--no-cuda-graphs"] if not getattr(args, "cuda_graphs", True) else []
+    cached = getattr(args, "prefix_cache_tokens", 4096)
     words += ["--prefix-cache", str(cached)] if cached != 4096 else []
     interleave = getattr(args, "interleave", "rounds")
     words += ["--interleave", interleave] if interleave != "rounds" else []
@@ -354,9 +331,9 @@ def runner_for(*words: str) -> Runner:
 
         runner = runner_for("--quant", "int4", "--max-tokens", "64")
     """
-    from specdec.cli import build_parser  # imports this module: not at the top
-
-    args = build_parser().parse_args(["bench", *words])
+    parser = argparse.ArgumentParser(prog="specdec")
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", *words])
     return _runner(_preset(args), args)
 
 
@@ -382,9 +359,9 @@ def _runner(preset, args) -> Runner:
         heads_candidates=args.heads_candidates,
         tp=args.tp,
         draft_tp=args.draft_tp,
-        cuda_graphs=not args.no_cuda_graphs,
+        cuda_graphs=args.cuda_graphs,
         vllm_python=args.vllm_python,
-        prefix_cache_tokens=args.prefix_cache,
+        prefix_cache_tokens=args.prefix_cache_tokens,
         interleave=args.interleave,
         prefill_chunk=args.prefill_chunk,
     )
@@ -469,7 +446,7 @@ def _finish(store: ResultStore, points, preset, args, extra: dict, out: Path) ->
 
 def _sharegpt_note(rows: list[dict], config: dict) -> str | None:
     """How many conversations the tolerant reader recovered, when ShareGPT text was used."""
-    from specdec.bench import workloads
+    from specdec import data
     from specdec.errors import ModelNotFoundError
 
     synthetic = config.get("synthetic_source") == "sharegpt"
@@ -478,11 +455,11 @@ def _sharegpt_note(rows: list[dict], config: dict) -> str | None:
     ):
         return None
     try:
-        workloads.sharegpt_file(install=False)
+        data.sharegpt_file(install=False)
     except ModelNotFoundError:
         return None
-    count = len(workloads.sharegpt_conversations())
+    count = len(data.sharegpt_conversations())
     return (
         f"{count:,} whole conversations recovered from the truncated ShareGPT file "
-        f"({workloads.SHAREGPT_DIST} {workloads.SHAREGPT_VERSION})"
+        f"({data.SHAREGPT_DIST} {data.SHAREGPT_VERSION})"
     )

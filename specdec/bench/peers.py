@@ -71,7 +71,7 @@ def llamacpp_available() -> bool:
 # AMX, 2026-11-25). Built without AMX it runs its AVX-512 kernels and works. The rebuild
 # takes no dependencies (forcing them would reinstall numpy too), so a second install adds
 # the ones missing (diskcache, jinja2) without building again: with the first alone, a
-# fresh environment's build did not import (stop 55).
+# fresh environment's build did not import.
 LLAMACPP_NO_AMX = (
     "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
     "-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON "
@@ -99,7 +99,7 @@ def llamacpp_model(gguf: Path, context: int):
     A package that is installed but cannot be imported is a RuntimeError the bench
     reports as the point's reason: built with `pip install --no-deps`, llama-cpp-python
     0.3.36 lacks `diskcache` and `jinja2`, and that import error took the whole bench
-    with it (Zen 3, stop 44)."""
+    with it (Zen 3)."""
     try:
         import llama_cpp
     except ImportError as err:
@@ -108,7 +108,7 @@ def llamacpp_model(gguf: Path, context: int):
             "dependencies: pip install llama-cpp-python==0.3.36 (without --no-deps)"
         ) from err
 
-    from specdec.models.kernel_tuning import cpu_info
+    from specdec.kernels.tuning import cpu_info
 
     info = llama_cpp.llama_print_system_info().decode(errors="replace")
     problem = llamacpp_amx_problem(info, set(cpu_info()[1].split()))

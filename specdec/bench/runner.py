@@ -39,21 +39,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specdec.bench import peers, workloads
+from specdec import data as workloads
+from specdec.bench import peers
 from specdec.bench.costs import measure_costs
 from specdec.bench.plan import INTERLEAVES, Point, is_peer, vllm_draft_k
 from specdec.bench.turn_log import TurnLog, Turns
-from specdec.config import SamplingParams
 from specdec.cost_model import CostModel
 from specdec.distributed import shared_window
 from specdec.doctor import arithmetic
 from specdec.drafters import EagleDrafter, NgramDrafter
-from specdec.drafters.speculator import SpeculatorDrafter
+from specdec.drafters.mlp_heads import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError, SpecdecError
+from specdec.heads.eagle import EagleHead
 from specdec.llm import LLM, build_acceptor, build_window, tuned_layers
-from specdec.metrics import SpecStats
-from specdec.speculator.eagle import EagleHead
+from specdec.params import SamplingParams
+from specdec.stats import SpecStats
 from specdec.tokenization import encode_prompt
 
 
@@ -167,8 +168,8 @@ class Runner:
         # Trained speculator heads on the same target (the heads-* methods), beside --draft.
         self.speculator = None
         if heads is not None:
-            from specdec.speculator.eagle import is_eagle_dir, load_eagle
-            from specdec.speculator.model import load_speculator
+            from specdec.heads.eagle import is_eagle_dir, load_eagle
+            from specdec.heads.mlp import load_speculator
 
             load = load_eagle if is_eagle_dir(heads) else load_speculator
             self.speculator = load(heads, self.llm.model, self.llm.model.dtype, device)
@@ -261,11 +262,11 @@ class Runner:
         runs alike, in the reverse order, and the third starting one method later than the
         first: every two turns each pair of methods meets in both orders (two methods:
         AB, BA, BA, AB; three: all six orders in six turns), so a method is not
-        systematically the later one of a pair (stop 40: with turns rotated only, a
+        systematically the later one of a pair (with turns rotated only, a
         method followed plain in 5 of 7 turns, and the later run of a turn read slower).
 
         Why: on a shared CPU the speed drifts, so a method measured after another can read
-        a few percent apart with the same steps (stop 25 measured `auto`, which never
+        a few percent apart with the same steps (a measurement of `auto`, which never
         drafted, at 0.94x plain that way). Turns of whole runs were not fine enough: on the
         2-core EPYC the int4 1.5B's plain step read 23 ms in one run and 31 ms in the
         next, with runs of 8 s, so one method's run and plain's in the same turn still
@@ -278,7 +279,7 @@ class Runner:
         With `interleave="steps"` our engines take turns step by step (`_engine_runner`):
         at batch 4 a round is a whole run, and at 1,024-token prompts on the int4 1.5B a
         run lasts 30-60 s, in which this Xeon's CPU time for the same prefill varied
-        5.0-11.2 s (stop 57); one method's step is then tens of milliseconds from the
+        5.0-11.2 s; one method's step is then tens of milliseconds from the
         other's. A run's time is still the sum of its own steps' wall clocks.
 
         With a `turn_log`, each finished turn's runs are saved there, and the turns it
@@ -548,8 +549,8 @@ class Runner:
         if name not in self._hf:
             import transformers
 
+            from specdec.hub import resolve
             from specdec.models.loading import torch_dtype
-            from specdec.models.registry import resolve
 
             path = resolve(name, self.dtype)
             model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -584,7 +585,7 @@ class Runner:
     def _llamacpp_runner(self, point: Point, prompts) -> tuple[Callable, Callable]:
         if not peers.llamacpp_available():
             raise Skip("llama-cpp-python is not installed (pip install llama-cpp-python)")
-        from specdec.models.registry import REGISTRY, cache_root
+        from specdec.hub import REGISTRY, cache_root
 
         spec = REGISTRY.get(self.model_name)
         gguf = cache_root() / "gguf" / spec.gguf_file if spec else None
@@ -621,7 +622,7 @@ class Runner:
             raise Skip("no draft model given (--draft)")
         if self._vllm is None or self._vllm[0] != k:
             from specdec.bench.vllm_peer import VllmError, VllmPeer
-            from specdec.models.registry import resolve
+            from specdec.hub import resolve
 
             self.close()  # one vLLM process at a time: each holds its models and KV cache
             context = self.llm.model.config.max_position_embeddings

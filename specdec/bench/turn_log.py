@@ -2,7 +2,7 @@
 
 The methods of a group take turns (`Runner.measure_group`), and a row is only written once
 every turn has run. At 1,024-token prompts on a 2-core CPU one group ran for over half an
-hour (stop 44), and a session that stopped it kept nothing. So after every turn the runs so
+hour, and a session that stopped it kept nothing. So after every turn the runs so
 far go to `<out>/turns/<group>.json`, and a resumed sweep starts the group at its next turn.
 The file is removed once the group's rows are in results.json.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.bench.results import write_atomic
-from specdec.metrics import SpecStats
+from specdec.stats import SpecStats
 
 log = logging.getLogger(__name__)
 

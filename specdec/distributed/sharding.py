@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from specdec.distributed.group import TPGroup
-from specdec.errors import UnsupportedModelError
+from specdec.errors import ModelNotFoundError, UnsupportedModelError
+from specdec.kernels.linear import Linear
 from specdec.models.config import ModelConfig
-from specdec.models.linear import Linear
-from specdec.models.loading import native_state_dict
+from specdec.models.loading import native_state_dict, read_safetensors, torch_dtype
 from specdec.models.transformer import Transformer
 
 
@@ -61,7 +62,7 @@ def check_divisible(cfg: ModelConfig, tp: int) -> None:
 def check_tp_split(path, draft: str | None, dtype: str, tp: int) -> None:
     """Refuse, before any weights are read, a target (and a sharded draft) whose heads do
     not split `tp` ways."""
-    from specdec.models.registry import resolve
+    from specdec.hub import resolve
 
     check_divisible(ModelConfig.from_dir(path), tp)
     if draft not in (None, "ngram"):
@@ -199,3 +200,14 @@ class VocabParallelHead(nn.Module):
         rank calls it). For what reads the target's head outside its forward: speculator
         heads that reuse it score the whole vocabulary on every rank."""
         return self.group.all_gather(self.inner.weight, dim=0)[: self.vocab_size]
+
+
+def load_shard(path: str | Path, dtype: str, group: TPGroup) -> Transformer:
+    """This rank's tensor-parallel shard of the model in a Hugging Face directory, on
+    `group.device`; the split is checked before any weights are read."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelNotFoundError(f"model path {path} does not exist")
+    cfg = ModelConfig.from_dir(path)
+    check_divisible(cfg, group.world_size)
+    return build_sharded_transformer(cfg, read_safetensors(path), torch_dtype(dtype), group)

@@ -18,9 +18,9 @@ import dataclasses
 import random
 from collections.abc import Sequence
 
-from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.distributed.group import TPGroup
+from specdec.params import SamplingParams
 
 
 class SharedWindow:

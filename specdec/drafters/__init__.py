@@ -3,8 +3,8 @@
 from specdec.drafters.base import Drafter, DrafterBase, PassStates
 from specdec.drafters.draft_model import DraftModelDrafter
 from specdec.drafters.eagle import EagleDrafter
+from specdec.drafters.mlp_heads import SpeculatorDrafter
 from specdec.drafters.ngram import NgramDrafter
-from specdec.drafters.speculator import SpeculatorDrafter
 
 __all__ = [
     "DraftModelDrafter",

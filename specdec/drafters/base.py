@@ -8,7 +8,7 @@ has a history of committed tokens whose last token is not yet in any KV cache.
 - `propose(k, params, generators) -> Draft`: up to k tokens per row continuing the history.
   The engine may shorten a row's draft afterwards (`Draft.lengths`, e.g. near max_tokens);
   `commit` then reports at most that many accepted. A drafter may instead return a
-  `TreeDraft` (`specdec.speculator.tree`) of up to k levels: candidate continuations the
+  `TreeDraft` (`specdec.heads.tree`) of up to k levels: candidate continuations the
   engine verifies in one pass; the accepted tokens then form one of its paths, so a tree
   drafter must not need to know which (speculator heads only need `next_tokens`).
 - `commit(num_accepted [B], next_tokens [B])`: the target kept the first num_accepted
@@ -23,7 +23,7 @@ has a history of committed tokens whose last token is not yet in any KV cache.
   the engine calls it unconditionally.
 - `between_steps(idle=False) -> bool`: the engine's time between its steps, after every
   decode step and, with `idle`, while it has nothing to serve (a server's loop asks then);
-  a learning drafter trains its heads here (`specdec.speculator.online`). Returns whether
+  a learning drafter trains its heads here (`specdec.training.online`). Returns whether
   it used the time. `DrafterBase`'s default does nothing.
 - `use_prefix_cache(store: PrefixCache)`: a drafter with its own KV cache may reuse
   stored keys and values of sequences it has seen (`specdec.models.prefix_cache`); the
@@ -47,8 +47,8 @@ from typing import Protocol
 import torch
 
 from specdec.acceptors import Draft
-from specdec.config import SamplingParams
 from specdec.models.prefix_cache import PrefixCache
+from specdec.params import SamplingParams
 
 
 class Drafter(Protocol):

@@ -15,7 +15,7 @@ it starts (`catch_up_tokens`, `last_catch_up`). A row's history that starts like
 drafter has caught up on before (`use_prefix_cache`) copies those keys and values instead.
 
 With `static_passes` the draft steps (one or two tokens per row, then one) run through
-`specdec.models.static_pass.StaticPasses` over this drafter's cache, captured as CUDA
+`specdec.graphs.static_pass.StaticPasses` over this drafter's cache, captured as CUDA
 graphs with `cuda_graphs`; the catch-up pass (long, rare, not at row 0) stays eager.
 """
 
@@ -30,9 +30,9 @@ from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
 from specdec.drafters.draft_vocab import ContextIds
 from specdec.errors import TokenizerMismatchError
+from specdec.graphs.static_pass import StaticPasses, use_static_passes
 from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
-from specdec.models.static_pass import StaticPasses, use_static_passes
 from specdec.models.transformer import Transformer, pass_spans, right_pad
 from specdec.sampling import param_tensors, probs_from_logits, sample
 
@@ -115,7 +115,7 @@ class DraftModelDrafter(DrafterBase):
         """The draft's KV cache, allocated at first use. Why lazily: at int4 4 x 256 the
         bench read draft-auto's prefill, the same target call as plain's, at a median
         1.12x plain's time over 18 turns while the drafter held its cache unused, and
-        1.01x with it allocated here (stop 59; the mechanism, heap placement, untraced)."""
+        1.01x with it allocated here (the mechanism, heap placement, untraced)."""
         if self._cache is None:
             # Normal tensors, as when built with the drafter: the first step that drafts
             # runs in inference mode, whose tensors refuse the writes of a `commit` outside.

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from specdec.models.quant import Int4Linear
+from specdec.kernels.quant import Int4Linear
 from specdec.models.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def lowest_ids(n: int, usable: int, keep: Iterable[int] = ()) -> torch.Tensor:
     """The `n` lowest ids below `usable`, with `keep` among them (in place of the highest
     ones); sorted. A byte-level BPE numbers its merges roughly by use, so the lowest ids
     are the frequent ones without counting anything: measured on the int4 pair's answers to
-    the bench's 12 code prompts (stop 50), the lowest 65,536 of Qwen's ids could draft
+    the bench's 12 code prompts, the lowest 65,536 of Qwen's ids could draft
     0.983 of the tokens, and 0.991 widened by the context (`ContextIds`), as many as
     ShareGPT's 65,536 most frequent ones alone."""
     keep = sorted({int(t) for t in keep if int(t) < usable})
@@ -97,7 +97,7 @@ def frequent_ids(tokenizer, n: int, usable: int, keep: Iterable[int] = ()) -> to
 
 def _ranked_ids(tokenizer) -> list[int]:
     """Every id seen in the counted answers, most frequent first (ties: lower id first)."""
-    from specdec.models.registry import cache_root
+    from specdec.paths import cache_root
 
     vocab = tokenizer.get_vocab()
     key = hashlib.sha256(json.dumps(sorted(vocab.items())).encode()).hexdigest()[:16]
@@ -118,7 +118,7 @@ def _ranked_ids(tokenizer) -> list[int]:
 def _count(tokenizer) -> Counter[int]:
     import random
 
-    from specdec.bench.workloads import sharegpt_conversations, sharegpt_prompts
+    from specdec.data import sharegpt_conversations, sharegpt_prompts
 
     log.info("specdec: counting token ids over %d ShareGPT conversations (once)", DOCUMENTS)
     held_out = set(sharegpt_prompts(HELD_OUT, seed=0))  # the bench's chat prompts
@@ -143,7 +143,7 @@ class ContextIds:
 
     Why: the ids a cut head misses most are the words of the task itself (a function
     named ` palindrome`, `.balance`), which the prompt already holds and the answer
-    repeats. Measured on the int4 pair's answers to the bench's 12 code prompts (stop 50):
+    repeats. Measured on the int4 pair's answers to the bench's 12 code prompts:
     a head of ShareGPT's 32,768 most frequent ids could draft 0.958 of the tokens alone,
     0.989 widened by the context, as much as a static head of 65,536 ids (0.991), and a
     32,768-id head makes the 0.5B's draft step 7% cheaper than a 65,536-id one.

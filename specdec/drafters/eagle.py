@@ -1,4 +1,4 @@
-"""An eagle head (`specdec.speculator.eagle`) as a drafter.
+"""An eagle head (`specdec.heads.eagle`) as a drafter.
 
 Per row the drafter keeps the head's keys and values of the row's committed positions,
 each entered with the target's true state there and the token that followed it. Those
@@ -14,7 +14,7 @@ dropped at `commit`, since the true states of the accepted ones arrive next. Dra
 greedy (top-1 of the draft vocabulary), a deterministic function of the committed history,
 so q is one-hot (`probs` None) and the lossless acceptors stay lossless at any temperature.
 
-With `tree=(3, 2, 1)` it proposes a candidate tree (`TreeDraft`, `specdec.speculator.tree`)
+With `tree=(3, 2, 1)` it proposes a candidate tree (`TreeDraft`, `specdec.heads.tree`)
 instead, verified by the engine in one target pass: the top-3 tokens of the first draft
 position, for each of them the top-2 of the next, and so on, each node's state computed
 from its own path (the node's entry attends to the row's true entries and to its
@@ -25,14 +25,14 @@ the tree. Offline, on the trainer's held-out chats, the stop-38 head's tokens pe
 went from 1.76 (a chain of 3) to 2.08 with (3, 2, 1) and 2.16 with (4, 2, 1).
 
 With `static_passes` a drafting step (the pending entries' feed, then the n draft tokens
-of a chain or the candidate tree) runs through `specdec.models.static_eagle.StaticEagle`:
+of a chain or the candidate tree) runs through `specdec.graphs.static_eagle.StaticEagle`:
 fixed-shape passes over preallocated buffers, bucketed by rows, entries, tokens and key
 span, captured as CUDA graphs on a GPU (`cuda_graphs`); eagerly over the same buffers on
 the CPU. A step that feeds more than n_predict + 1 entries per row (a prefill's catch-up)
 takes the eager path. Off by default until its graphs are checked on a GPU (`LLM` does
 not ask for it yet).
 
-With a `learner` (`specdec.speculator.online.OnlineLearner`) the drafter records its rows'
+With a `learner` (`specdec.training.online.OnlineLearner`) the drafter records its rows'
 kept states and tokens for it, reports how many drafts were kept, and drafts with the
 learner's newest head, taken at the start of each proposal.
 
@@ -56,11 +56,11 @@ import torch
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase, PassStates
 from specdec.errors import InvalidParameterError
+from specdec.graphs.static_eagle import StaticEagle, expand_tree, node_step
+from specdec.graphs.static_pass import use_static_passes
+from specdec.heads.eagle import EagleHead
+from specdec.heads.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
 from specdec.models.prefix_cache import PrefixCache
-from specdec.models.static_eagle import StaticEagle, expand_tree, node_step
-from specdec.models.static_pass import use_static_passes
-from specdec.speculator.eagle import EagleHead
-from specdec.speculator.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
 
 
 class EagleDrafter(DrafterBase):
@@ -79,9 +79,7 @@ class EagleDrafter(DrafterBase):
         self.head = head
         self.learner, self.recorder = learner, None
         if learner is not None:
-            from specdec.speculator.online import RequestRecorder
-
-            self.recorder = RequestRecorder(learner)
+            self.recorder = learner.recorder()
         self._drafted = 0  # draft positions of the latest proposal
         c = head.config
         dtype, device = head.fc.weight.dtype, head.fc.weight.device
@@ -242,7 +240,7 @@ class EagleDrafter(DrafterBase):
     def _propose_tree(self, state: torch.Tensor, topk: tuple[int, ...], params) -> TreeDraft:
         """The candidate tree of `topk` from each row's state `[B, E]` (see the module
         docstring): levels expanded as a beam of at most `n_candidates` nodes per row
-        (`specdec.models.static_eagle.expand_tree`, which the static passes run too)."""
+        (`specdec.graphs.static_eagle.expand_tree`, which the static passes run too)."""
         B = self.rows
         lengths = self.lengths[:B].to(state.device)
         span = int(self.lengths[:B].max())

@@ -122,17 +122,12 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_transformer(
-    path: str | Path, dtype: str = "bf16", device: torch.device | str = "cpu", tp=None
+    path: str | Path, dtype: str = "bf16", device: torch.device | str = "cpu"
 ) -> Transformer:
-    """Load the native model from a Hugging Face directory; with `tp` (a
-    `specdec.distributed.TPGroup`), this rank's tensor-parallel shard of it on `tp.device`."""
+    """Load the native model from a Hugging Face directory (a tensor-parallel shard:
+    `specdec.distributed.sharding.load_shard`)."""
     path = Path(path)
     if not path.exists():
         raise ModelNotFoundError(f"model path {path} does not exist")
     cfg = ModelConfig.from_dir(path)
-    if tp is not None:
-        from specdec.distributed.sharding import build_sharded_transformer, check_divisible
-
-        check_divisible(cfg, tp.world_size)  # before reading any weights
-        return build_sharded_transformer(cfg, read_safetensors(path), torch_dtype(dtype), tp)
     return build_transformer(cfg, read_safetensors(path), torch_dtype(dtype), device)

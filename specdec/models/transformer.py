@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.kernels.linear import Linear
 from specdec.models.config import ModelConfig
 from specdec.models.kv_cache import KVCache
-from specdec.models.linear import Linear
 
 
 @dataclass
@@ -214,10 +214,10 @@ class Transformer(nn.Module):
         )
         # Set by `quant.quantize` where every layer is int4 (or bf16 on a CPU the native bf16
         # kernel serves): the native stack that runs the layers of small steps in one call
-        # (`specdec.models.decode_stack`).
+        # (`specdec.kernels.decode_stack`).
         self.decode_stack = None
         # The layer stack this model's fixed-shape passes run (`static_pass.StaticPasses`):
-        # "eager" (`run_layers`), "fused" (`specdec.models.fused_layers`), or None: the
+        # "eager" (`run_layers`), "fused" (`specdec.graphs.fused_layers`), or None: the
         # first bucket captured races them and sets the winner here. `--no-fused-layers`
         # sets "eager".
         self.layer_stack: str | None = None
@@ -314,7 +314,7 @@ class Transformer(nn.Module):
         mask: torch.Tensor | None,  # [B, 1, T, span] bool
     ) -> torch.Tensor:  # [B, T, H] final-normed
         """The decoder stack on prepared positions, write slots and mask: shared by
-        `forward` and the fixed-shape passes of `specdec.models.static_pass`, which build
+        `forward` and the fixed-shape passes of `specdec.graphs.static_pass`, which build
         those inputs on the device from preallocated buffers."""
         x = self.embed_tokens(tokens)
         stack = self.decode_stack

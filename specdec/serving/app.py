@@ -23,7 +23,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from specdec.engine import Completion, Engine
 from specdec.errors import ContextLengthError, SpecdecError
-from specdec.metrics import SpecStats
 from specdec.serving.async_engine import AsyncEngine, Event, QueueFullError, RequestHandle
 from specdec.serving.detokenizer import IncrementalDetokenizer
 from specdec.serving.metrics import ServerMetrics
@@ -37,6 +36,7 @@ from specdec.serving.protocol import (
     usage,
 )
 from specdec.serving.provenance import ProvenanceTracker
+from specdec.stats import SpecStats
 from specdec.tokenization import encode_chat
 
 log = logging.getLogger("specdec.serve")

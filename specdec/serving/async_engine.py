@@ -22,8 +22,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from specdec.config import SamplingParams
 from specdec.engine import Completion, Engine, LiveSequence
+from specdec.params import SamplingParams
 from specdec.serving.metrics import ServerMetrics
 
 log = logging.getLogger("specdec.serve")

@@ -1,7 +1,7 @@
 """Prometheus metrics of a running server (`GET /metrics`).
 
 Each server owns a `CollectorRegistry`, so several apps in one process (tests) never share
-counters. Speculation figures use the definitions of `specdec.metrics.SpecStats`.
+counters. Speculation figures use the definitions of `specdec.stats.SpecStats`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from specdec.metrics import SpecStats
+from specdec.stats import SpecStats
 
 disable_created_metrics()  # no *_created series: they double the output for nothing
 

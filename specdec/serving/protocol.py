@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from specdec.config import SamplingParams
-from specdec.metrics import SpecStats
+from specdec.params import SamplingParams
+from specdec.stats import SpecStats
 
 MAX_N = 16  # choices per request
 MAX_STOP = 4  # stop strings per request, as OpenAI allows

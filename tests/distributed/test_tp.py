@@ -293,10 +293,11 @@ def test_tp_that_does_not_divide_the_heads_is_refused_before_loading(monkeypatch
 
     monkeypatch.setattr(specdec.llm, "init_tensor_parallel", lambda tp, device: FakeGroup())
     monkeypatch.setattr(loading, "read_safetensors", no_weights)
+    monkeypatch.setattr(sharding, "read_safetensors", no_weights)
     with pytest.raises(UnsupportedModelError, match="tensor parallelism 3 must divide"):
         specdec.llm.LLM(str(model_dir), dtype="fp32", tp=3)
     with pytest.raises(UnsupportedModelError, match="num_attention_heads"):
-        loading.load_transformer(model_dir, "fp32", tp=FakeGroup())
+        sharding.load_shard(model_dir, "fp32", FakeGroup())
 
 
 def test_vocab_shards_are_padded_rows_of_the_head():

@@ -6,8 +6,8 @@ import sys
 import openai
 import pytest
 
-from specdec.config import SamplingParams
 from specdec.llm import LLM
+from specdec.params import SamplingParams
 
 from tiny_server import MODEL, Server, save_tiny, serve_args
 

@@ -22,7 +22,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ (tiny.py)
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler  # noqa: E402
-from specdec.config import SamplingParams  # noqa: E402
 from specdec.cost_model import AdaptiveWindow, FixedWindow  # noqa: E402
 from specdec.distributed import (  # noqa: E402
     build_sharded_transformer,
@@ -34,6 +33,7 @@ from specdec.drafters import DraftModelDrafter, NgramDrafter  # noqa: E402
 from specdec.engine import Engine  # noqa: E402
 from specdec.models.config import ModelConfig  # noqa: E402
 from specdec.models.transformer import right_pad  # noqa: E402
+from specdec.params import SamplingParams  # noqa: E402
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer  # noqa: E402
 
@@ -126,8 +126,8 @@ SPEC_TREE = "3,2,2"
 
 def save_speculators(model_dir: str) -> None:
     """Random (perturbed: adapters start at zero) speculators for the model in `model_dir`."""
+    from specdec.heads import build_speculator
     from specdec.models.loading import load_transformer
-    from specdec.speculator import build_speculator
 
     target = load_transformer(model_dir, "fp32")
     for name, options in SPECULATORS.items():

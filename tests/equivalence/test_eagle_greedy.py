@@ -10,8 +10,8 @@ from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.cost_model import FixedWindow
 from specdec.drafters import EagleDrafter
 from specdec.engine import Engine
-from specdec.speculator.eagle import build_eagle
-from specdec.speculator.train import TargetStates
+from specdec.heads.eagle import build_eagle
+from specdec.training.stages import TargetStates
 
 from tiny import plain_greedy_references
 

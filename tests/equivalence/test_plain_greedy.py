@@ -1,8 +1,8 @@
 """Plain greedy decoding on the native model == transformers' greedy `generate`, in fp32."""
 
 from specdec.bench.peers import hf_greedy
-from specdec.config import SamplingParams
 from specdec.engine import Engine
+from specdec.params import SamplingParams
 
 PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33]]
 

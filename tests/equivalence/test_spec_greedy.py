@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler
-from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DrafterBase, DraftModelDrafter, NgramDrafter, draft_vocab
 from specdec.drafters.draft_vocab import prune_vocab_head
 from specdec.engine import Engine
+from specdec.params import SamplingParams
 
 from tiny import hf_tiny, native_from_hf
 

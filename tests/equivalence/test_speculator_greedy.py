@@ -15,8 +15,8 @@ from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
-from specdec.speculator import SpeculatorConfig
-from specdec.speculator.train import TargetStates
+from specdec.heads import SpeculatorConfig
+from specdec.training.stages import TargetStates
 
 from tiny import plain_greedy_references
 

@@ -15,15 +15,15 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, EagleDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.engine import Engine
+from specdec.heads import SpeculatorConfig
+from specdec.heads.eagle import build_eagle
+from specdec.heads.mlp import MLPSpeculator
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
-from specdec.speculator import SpeculatorConfig
-from specdec.speculator.eagle import build_eagle
-from specdec.speculator.model import MLPSpeculator
+from specdec.params import SamplingParams
 
 from tiny import hf_tiny, native_from_hf
 

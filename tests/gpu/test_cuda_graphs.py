@@ -1,4 +1,4 @@
-"""CUDA-graph replay of the static passes (`specdec.models.static_pass`) on a GPU: what
+"""CUDA-graph replay of the static passes (`specdec.graphs.static_pass`) on a GPU: what
 CPU-only CI cannot check (skipped there; tests/equivalence/test_static_passes.py runs the
 same static buffers eagerly on the CPU).
 
@@ -8,7 +8,7 @@ emits, step for step, for every drafter, trees, and rows joining and leaving (ev
 size picks its bucket); a graph-replayed forward matches the eager forward's logits; and
 speculative sampling with graphs on passes the chi-square test against plain sampling.
 By default a model's passes run the faster of its own layers and the compiled ones
-(`specdec.models.fused_layers`), raced at the first capture; each fused stack is also
+(`specdec.graphs.fused_layers`), raced at the first capture; each fused stack is also
 forced and checked on its own.
 
 Run on a GPU machine: `make test-gpu` (or `pytest tests/gpu`).
@@ -18,15 +18,15 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.engine import Engine
+from specdec.graphs.static_pass import StaticPasses
+from specdec.heads import SpeculatorConfig
+from specdec.heads.mlp import MLPSpeculator
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
-from specdec.models.static_pass import StaticPasses
-from specdec.speculator import SpeculatorConfig
-from specdec.speculator.model import MLPSpeculator
+from specdec.params import SamplingParams
 
 from tiny import hf_tiny, staggered
 

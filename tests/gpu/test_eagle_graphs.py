@@ -1,4 +1,4 @@
-"""The eagle head's drafting steps captured as CUDA graphs (`specdec.models.static_eagle`)
+"""The eagle head's drafting steps captured as CUDA graphs (`specdec.graphs.static_eagle`)
 on a GPU, and the acceptance-controlled timing drafter there: what CPU-only CI cannot
 check (skipped there; tests/unit/test_static_eagle.py runs the same buffers eagerly).
 
@@ -22,14 +22,14 @@ from specdec.bench.timing_drafter import (
     realised_acceptance,
     records_from,
 )
-from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters.eagle import EagleDrafter
 from specdec.engine import Engine
+from specdec.heads.eagle import build_eagle
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
-from specdec.speculator.eagle import build_eagle
-from specdec.speculator.train import TargetStates
+from specdec.params import SamplingParams
+from specdec.training.stages import TargetStates
 
 from tiny import hf_tiny, staggered
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from specdec.config import SamplingParams
 from specdec.llm import LLM
+from specdec.params import SamplingParams
 
 from tiny_server import Server, save_tiny, serve_args
 

@@ -5,9 +5,9 @@ import torch
 import transformers
 
 from specdec.bench.peers import hf_greedy
-from specdec.config import SamplingParams
 from specdec.engine import Engine
 from specdec.models.loading import load_transformer
+from specdec.params import SamplingParams
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ PROMPT = "Write a Python function that checks whether a number is prime."
 
 @pytest.fixture(scope="module", params=MODELS)
 def pair(request):
-    from specdec.models.registry import resolve
+    from specdec.hub import resolve
 
     path = resolve(request.param, "fp32")
     hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
@@ -52,7 +52,7 @@ def test_greedy_matches_transformers_generate(pair):
 @pytest.mark.parametrize("draft_quant", ["none", "int4"])
 def test_speculative_greedy_equals_plain_on_the_default_pair_fp32(draft_quant):
     """The real pair in fp32: speculative output is plain greedy output, token for token."""
-    from specdec.bench.workloads import sharegpt_prompts
+    from specdec.data import sharegpt_prompts
     from specdec.llm import LLM
 
     llm = LLM(

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from specdec.models.registry import list_models, pull, resolve
+from specdec.hub import list_models, pull, resolve
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +60,7 @@ def test_smollm2_fp32_conversion_matches_the_gguf_exactly():
     import torch
     import transformers
 
-    from specdec.models.registry import REGISTRY, assemble_gguf
+    from specdec.hub import REGISTRY, assemble_gguf
 
     converted = pull("smollm2-135m-instruct", "fp32")
     gguf_path = assemble_gguf(REGISTRY["smollm2-135m-instruct"])

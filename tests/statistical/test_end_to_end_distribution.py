@@ -21,11 +21,11 @@ import torch
 from scipy.stats import chi2_contingency
 
 from specdec.acceptors import Draft, RejectionSampler, Verdict
-from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.drafters.draft_vocab import prune_vocab_head
 from specdec.engine import Engine
+from specdec.params import SamplingParams
 
 from tiny import hf_tiny, native_from_hf
 
@@ -239,8 +239,8 @@ class OracleTreeHeads:
     history, as real heads are."""
 
     def __init__(self, target, draft):
-        from specdec.speculator import SpeculatorConfig
-        from specdec.speculator.train import TargetStates
+        from specdec.heads import SpeculatorConfig
+        from specdec.training.stages import TargetStates
 
         self.config = SpeculatorConfig(2, 64, 64, 97, 97)
         self.proj = [torch.nn.Linear(1, 1)]

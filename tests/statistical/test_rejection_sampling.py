@@ -28,7 +28,7 @@ from specdec.acceptors import (
     _q_at,
     _uniforms,
 )
-from specdec.config import SamplingParams
+from specdec.params import SamplingParams
 from specdec.sampling import param_tensors, probs_from_logits, sample
 
 V, K = 6, 2

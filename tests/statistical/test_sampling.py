@@ -8,8 +8,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specdec.config import SamplingParams
 from specdec.errors import InvalidParameterError
+from specdec.params import SamplingParams
 from specdec.sampling import draw, make_generator, param_tensors, probs_from_logits, sample
 
 LOGITS = torch.tensor([2.0, 1.5, 1.0, 0.2, -0.5, -3.0])

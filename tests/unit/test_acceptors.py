@@ -16,7 +16,7 @@ from specdec.acceptors import (
     Verdict,
 )
 from specdec.cost_model import PACE_WEIGHT, CostModel, expected_tokens
-from specdec.metrics import SpecStats
+from specdec.stats import SpecStats
 
 V = 6
 ALL = [GreedyAcceptor(), RejectionSampler(), LossyTypicalAcceptor()]

@@ -174,7 +174,7 @@ def test_speculator_heads_methods(model_dir, tmp_path):
     and a candidate tree, each exact in fp32, with the heads' own measured step cost."""
     import torch
 
-    from specdec.speculator import build_speculator
+    from specdec.heads import build_speculator
 
     from tiny import native_from_hf
 
@@ -212,7 +212,7 @@ def test_an_eagle_head_as_heads(model_dir, tmp_path):
     candidate tree, exact in fp32, priced by its own measured step."""
     import torch
 
-    from specdec.speculator.eagle import build_eagle
+    from specdec.heads.eagle import build_eagle
 
     from tiny import native_from_hf
 

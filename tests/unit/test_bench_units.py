@@ -244,7 +244,7 @@ def test_finish_keeps_every_runs_decode_rate():
     from types import SimpleNamespace
 
     from specdec.bench import runner as bench_runner
-    from specdec.metrics import SpecStats
+    from specdec.stats import SpecStats
 
     runner = object.__new__(bench_runner.Runner)
     runner.tp, runner.llm = 1, SimpleNamespace(tp=None)
@@ -350,7 +350,7 @@ def test_a_group_stopped_between_turns_resumes_at_its_next_turn(monkeypatch, tmp
     measured (stats included), and a log of other methods is not taken."""
     from specdec.bench import runner as bench_runner
     from specdec.bench.turn_log import TurnLog
-    from specdec.metrics import SpecStats
+    from specdec.stats import SpecStats
 
     methods = ("plain", "draft-auto", "draft-k2")
     points = [Point("code", None, 1, 0.0, m) for m in methods]

@@ -243,8 +243,8 @@ def test_no_cuda_graphs_flag_parses(command):
 
     argv = {"generate": ["--model", "m", "p"], "serve": ["--model", "m"], "bench": []}[command]
     args = build_parser().parse_args([command, *argv, "--no-cuda-graphs"])
-    assert args.no_cuda_graphs is True
-    assert build_parser().parse_args([command, *argv]).no_cuda_graphs is False
+    assert args.cuda_graphs is False
+    assert build_parser().parse_args([command, *argv]).cuda_graphs is True
 
 
 @pytest.mark.parametrize("command", ["generate", "serve"])
@@ -252,8 +252,8 @@ def test_no_fused_layers_flag_parses(command):
     from specdec.cli import build_parser
 
     argv = {"generate": ["--model", "m", "p"], "serve": ["--model", "m"]}[command]
-    assert build_parser().parse_args([command, *argv, "--no-fused-layers"]).no_fused_layers
-    assert not build_parser().parse_args([command, *argv]).no_fused_layers
+    assert not build_parser().parse_args([command, *argv, "--no-fused-layers"]).fused_layers
+    assert build_parser().parse_args([command, *argv]).fused_layers
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -344,8 +344,8 @@ def test_draft_vocab_needs_a_draft_model(model_dir, capsys):
 def test_generate_with_an_eagle_head(model_dir, tmp_path, capsys):
     """`--draft EAGLE_DIR` drafts with the head, at a fixed k, with `auto` (capped at
     the head's n_predict) and as a candidate tree, and the output is the target's."""
+    from specdec.heads.eagle import build_eagle
     from specdec.models.loading import load_transformer
-    from specdec.speculator.eagle import build_eagle
 
     head = build_eagle(load_transformer(model_dir, "fp32"), intermediate_size=32, n_predict=2)
     head.save(tmp_path / "eagle")

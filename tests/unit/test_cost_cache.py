@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from specdec.config import SamplingParams
 from specdec.cost_cache import cost_file, load_acceptance, load_costs
 from specdec.cost_model import WARM_ACCEPTANCE_WEIGHT, AdaptiveWindow, CostModel
 from specdec.llm import LLM
+from specdec.params import SamplingParams
 
 from tiny import hf_tiny, tiny_tokenizer
 

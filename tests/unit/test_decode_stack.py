@@ -5,14 +5,14 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor
-from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
-from specdec.models import native
-from specdec.models.decode_stack import DecodeStack
-from specdec.models.linear import BUCKETS, Linear
-from specdec.models.quant import quantize
+from specdec.kernels import native
+from specdec.kernels.decode_stack import DecodeStack
+from specdec.kernels.linear import BUCKETS, Linear
+from specdec.kernels.quant import quantize
+from specdec.params import SamplingParams
 
 from tiny import hf_tiny, native_from_hf
 
@@ -269,7 +269,7 @@ def test_tuning_the_panel_layout_rebuilds_the_stack_on_the_new_panels(tmp_path, 
     (faked here): `_tuned` re-packs its layers and builds its stack again on the new
     panels, which compute what the eager layers do."""
     from specdec import llm
-    from specdec.models import kernel_tuning
+    from specdec.kernels import tuning
 
     layouts = native.bf16_panel_layouts()
     if len(layouts) < 2:
@@ -279,7 +279,7 @@ def test_tuning_the_panel_layout_rebuilds_the_stack_on_the_new_panels(tmp_path, 
     model = _bf16()
     before = model.decode_stack
     chosen = {"layout": list(layouts[1]), "seconds": {}, "bytes": 0}
-    monkeypatch.setattr(kernel_tuning, "measure_bf16_panels", lambda layers: chosen)
+    monkeypatch.setattr(tuning, "measure_bf16_panels", lambda layers: chosen)
     llm._tuned(model)
     assert native.bf16_panel_layout() == layouts[1] and model.decode_stack is not before
     for module in model.modules():
@@ -306,7 +306,7 @@ def test_whole_passes_decide_where_the_stack_runs(tmp_path, monkeypatch):
     """`tune_stack` times whole passes both ways per bucket and the stack takes the
     buckets it won, over what the projections' plans say; the choice is stored per
     machine and model shape, and read back without timing again."""
-    from specdec.models import decode_stack as ds
+    from specdec.kernels import decode_stack as ds
 
     model = _bf16()
     stack = model.decode_stack
@@ -318,7 +318,7 @@ def test_whole_passes_decide_where_the_stack_runs(tmp_path, monkeypatch):
     assert set(entry["plan"]) == {str(b) for b in ds.STACK_BUCKETS}
     seconds = entry["seconds"]
     for bucket, way in entry["plan"].items():  # the plan is the faster way at both ends
-        ends = {str(r) for r in (ds.kernel_tuning.lowest_rows(int(bucket)), int(bucket))}
+        ends = {str(r) for r in (ds.tuning.lowest_rows(int(bucket)), int(bucket))}
         total = {w: sum(seconds[r][w] for r in ends) for w in ("stack", "eager")}
         assert way == min(total, key=total.get)
     assert ran, "the stack was timed"
@@ -326,9 +326,9 @@ def test_whole_passes_decide_where_the_stack_runs(tmp_path, monkeypatch):
 
     # A plan the layers' kernels would not give: stack at 1-2 rows, eager at 3-4.
     plan = {str(b): "stack" if b <= 2 else "eager" for b in ds.STACK_BUCKETS}
-    stored = ds.kernel_tuning.stored_entries("stacks", cache=cache)
+    stored = ds.tuning.stored_entries("stacks", cache=cache)
     stored[ds.stack_key(model)]["plan"] = plan
-    ds.kernel_tuning.store(cache, "stacks", stored)
+    ds.tuning.store(cache, "stacks", stored)
     monkeypatch.setattr(ds, "_measure", lambda *a: pytest.fail("timed again"))
     ds.tune_stack(model, cache=cache)
     assert stack.takes(1) and stack.takes(2) and not stack.takes(3) and not stack.takes(16)
@@ -342,6 +342,6 @@ def test_whole_passes_decide_where_the_stack_runs(tmp_path, monkeypatch):
     _run(model, [(torch.tensor([[5, 6], [7, 8]]), torch.tensor([2, 2]))], True)
     assert ran == [(2, 1, 128)]  # 2 rows ran in the stack, 4 in the eager layers
     # The kernel plans' section survives the stacks' writes, and the reverse.
-    ds.kernel_tuning.store(cache, "groups", {"g": 1})
-    stacks = ds.kernel_tuning.stored_entries("stacks", cache=cache)
+    ds.tuning.store(cache, "groups", {"g": 1})
+    stacks = ds.tuning.stored_entries("stacks", cache=cache)
     assert stacks[ds.stack_key(model)]["plan"] == plan

@@ -4,11 +4,11 @@ the drafter's q is a distribution over the kept ids, the ids are chosen as docum
 import pytest
 import torch
 
-from specdec.config import SamplingParams
 from specdec.drafters import DraftModelDrafter, draft_vocab
 from specdec.drafters.draft_vocab import frequent_ids, prune_vocab_head
-from specdec.models.linear import Linear
-from specdec.models.quant import Int4Linear, Int8Linear
+from specdec.kernels.linear import Linear
+from specdec.kernels.quant import Int4Linear, Int8Linear
+from specdec.params import SamplingParams
 from specdec.sampling import make_generator
 
 from tiny import hf_tiny, native_from_hf

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from specdec.drafters.base import PassStates
 from specdec.drafters.eagle import EagleDrafter
 from specdec.errors import IncompatibleDraftError, ModelIntegrityError, ModelNotFoundError
-from specdec.speculator.eagle import build_eagle, is_eagle_dir, load_eagle
-from specdec.speculator.train import TargetStates
+from specdec.heads.eagle import build_eagle, is_eagle_dir, load_eagle
+from specdec.training.stages import TargetStates
 
 from tiny import hf_tiny, native_from_hf
 
@@ -179,7 +179,7 @@ def test_for_drafting_fuses_without_changing_the_function(target):
     computes what the head did; "int4" quantizes every projection whose shape takes it."""
     import copy
 
-    from specdec.models.quant import Int4Linear
+    from specdec.kernels.quant import Int4Linear
 
     head = random_head(target)
     x = torch.randint(0, 97, (2, 7))
@@ -267,7 +267,7 @@ def test_a_candidate_tree_holds_every_top_k_combination_of_forced_passes(target)
     """tree=(3, 2, 2) with every path kept: the paths are exactly the combinations of each
     depth's top-k under whole causal passes forced along the path, and the chain of top-1
     drafts is one of them."""
-    from specdec.config import SamplingParams
+    from specdec.params import SamplingParams
 
     head = random_head(target, seed=4, vocab_map=torch.arange(2, 60))
     g = torch.Generator().manual_seed(5)

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 
 from specdec import engine as engine_module
-from specdec.config import SamplingParams
 from specdec.engine import Engine
 from specdec.errors import ContextLengthError, InvalidParameterError
+from specdec.params import SamplingParams
 
 PROMPT = [5, 17, 42, 8, 9]
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType, GGUFWriter, dequantize
 
-from specdec.models.gguf_q4 import (
+from specdec.kernels.gguf_q4 import (
     BLOCK_BYTES,
     GGUFWeights,
     QuantReport,
@@ -90,7 +90,7 @@ def test_a_files_layers_are_stored_and_read_back_without_the_file(tmp_path, capl
         store.save()
         return store, out, store_report
 
-    import specdec.models.gguf_q4 as gguf_q4
+    import specdec.kernels.gguf_q4 as gguf_q4
 
     original = dict(gguf_q4._PARTS)
     gguf_q4._PARTS.update(one_part)  # a one-part qkv, so the tiny file covers it

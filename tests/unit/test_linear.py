@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec.models.linear import Linear, pack_panels
+from specdec.kernels.linear import Linear, pack_panels
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 48), (1, 5, 48), (3, 4, 48), (2, 40, 48)])
@@ -20,9 +20,9 @@ def test_matches_f_linear_for_every_row_count(shape, bias):
 
 import json  # noqa: E402
 
-from specdec.models import kernel_tuning  # noqa: E402
-from specdec.models.linear import BUCKETS, bucket_of  # noqa: E402
-from specdec.models.quant import Int4Linear, Int8Linear  # noqa: E402
+from specdec.kernels import tuning  # noqa: E402
+from specdec.kernels.linear import BUCKETS, bucket_of  # noqa: E402
+from specdec.kernels.quant import Int4Linear, Int8Linear  # noqa: E402
 
 
 def _layers(dtype, bias=True, n=3):
@@ -58,7 +58,7 @@ def test_fp32_panels_widen_the_weights_panel_by_panel(monkeypatch):
     part, each written to its own rows of the output, with the bias, from a layer whose
     weights require grad (as a model's do outside inference mode); 37 input rows, padded
     to 40 for the GEMM and cut back."""
-    from specdec.models import linear
+    from specdec.kernels import linear
 
     monkeypatch.setattr(linear, "PANEL_BYTES", 16 * 64 * 4)
     monkeypatch.setattr(linear._panel_scratch, "buffer", None, raising=False)
@@ -98,7 +98,7 @@ def _model(dtype=torch.bfloat16):
 
 def test_tune_kernels_plans_every_bucket_and_forward_follows_it(tmp_path):
     model = _model()
-    chosen = kernel_tuning.tune_kernels(model, cache=tmp_path / "k.json")
+    chosen = tuning.tune_kernels(model, cache=tmp_path / "k.json")
     assert len(chosen) == 2  # two shapes: 48x64 with bias, 32x48 without
     for entry in chosen.values():
         assert set(entry["plan"]) == {str(b) for b in BUCKETS}
@@ -124,45 +124,45 @@ def test_tune_kernels_plans_every_bucket_and_forward_follows_it(tmp_path):
 
 def test_the_cache_is_read_back_and_keyed_by_machine(tmp_path, monkeypatch, capsys):
     cache = tmp_path / "k.json"
-    kernel_tuning.tune_kernels(_model(), cache=cache)
+    tuning.tune_kernels(_model(), cache=cache)
     stored = json.loads(cache.read_text())
-    assert stored["machine"] == kernel_tuning.machine()
+    assert stored["machine"] == tuning.machine()
     # The first timing says so on stderr, once, and where its result is kept.
     said = capsys.readouterr().err
     assert said.count("specdec: timing the kernels of 2 layer group(s) on this machine") == 1
     assert str(cache) in said
     # Same machine: no timing at all, and nothing said.
-    monkeypatch.setattr(kernel_tuning, "measure_group", lambda layers: pytest.fail("re-timed"))
-    kernel_tuning.tune_kernels(_model(), cache=cache)
+    monkeypatch.setattr(tuning, "measure_group", lambda layers: pytest.fail("re-timed"))
+    tuning.tune_kernels(_model(), cache=cache)
     assert capsys.readouterr().err == ""
     # Another machine (here: another CPU model) measures its own.
-    other = dict(kernel_tuning.machine(), cpu="Some Other CPU")
-    monkeypatch.setattr(kernel_tuning, "machine", lambda: other)
+    other = dict(tuning.machine(), cpu="Some Other CPU")
+    monkeypatch.setattr(tuning, "machine", lambda: other)
     timed = []
     monkeypatch.setattr(
-        kernel_tuning,
+        tuning,
         "measure_group",
         lambda layers: (
-            timed.append(len(layers)) or stored["groups"][kernel_tuning.group_key(layers[0])]
+            timed.append(len(layers)) or stored["groups"][tuning.group_key(layers[0])]
         ),
     )
-    kernel_tuning.tune_kernels(_model(), cache=cache)
+    tuning.tune_kernels(_model(), cache=cache)
     assert timed == [3, 1]
     assert json.loads(cache.read_text())["machine"]["cpu"] == "Some Other CPU"
 
 
 def test_machine_ids_differ_by_cpu_and_threads(monkeypatch):
-    base = kernel_tuning.machine_id()
+    base = tuning.machine_id()
     torch.set_num_threads(2)
-    assert kernel_tuning.machine_id() != base
+    assert tuning.machine_id() != base
     torch.set_num_threads(1)
-    assert kernel_tuning.machine_id() == base
+    assert tuning.machine_id() == base
 
 
 def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
     """The native bf16 kernel (built on first use where AVX2 + FMA exist) against its
     pure-PyTorch reference, for every row count it takes in one call and beyond (chunks)."""
-    from specdec.models import native
+    from specdec.kernels import native
 
     monkeypatch.setenv("SPECDEC_NATIVE", "1")
     native.bf16_gemv.cache_clear()
@@ -240,7 +240,7 @@ def test_native_kernel_matches_its_pytorch_reference_or_is_absent(monkeypatch):
 @pytest.fixture
 def native_on(monkeypatch):
     """The native build on (the suite turns it off elsewhere), cleared again afterwards."""
-    from specdec.models import native
+    from specdec.kernels import native
 
     monkeypatch.setenv("SPECDEC_NATIVE", "1")
     native.bf16_gemv.cache_clear()
@@ -261,13 +261,13 @@ def test_the_bf16_panel_layout_is_timed_once_per_machine_and_repacks(
     monkeypatch.setattr(native, "_panel_layout", None)
     model = _model()
     # A kernel plan remembers the layout it was timed in, and one timed in another is stale.
-    entries = kernel_tuning.tune_kernels(model, cache=tmp_path / "plans.json")
+    entries = tuning.tune_kernels(model, cache=tmp_path / "plans.json")
     assert {tuple(e["panels"]) for e in entries.values()} == {native.bf16_panel_layout()}
-    key = kernel_tuning.group_key(model[0])
-    assert not kernel_tuning._stale(entries[key], [model[0]])
+    key = tuning.group_key(model[0])
+    assert not tuning._stale(entries[key], [model[0]])
     with monkeypatch.context() as m:
         m.setattr(native, "bf16_panel_layout", lambda: (99, 1))
-        assert kernel_tuning._stale(entries[key], [model[0]])
+        assert tuning._stale(entries[key], [model[0]])
 
     monkeypatch.setattr(native, "bf16_panel_layouts", lambda: [(16, 2), (32, 1)])
     layers = [m for m in model if isinstance(m, Linear)]
@@ -280,28 +280,28 @@ def test_the_bf16_panel_layout_is_timed_once_per_machine_and_repacks(
         timed.append(len(swept))
         return {"layout": [32, 1], "seconds": {}, "bytes": 0}
 
-    monkeypatch.setattr(kernel_tuning, "measure_bf16_panels", measure)
+    monkeypatch.setattr(tuning, "measure_bf16_panels", measure)
     cache = tmp_path / "k.json"
-    assert kernel_tuning.tune_bf16_panels(model, cache=cache) is True  # panels were dropped
+    assert tuning.tune_bf16_panels(model, cache=cache) is True  # panels were dropped
     assert timed == [len(layers)] and native.bf16_panel_layout() == (32, 1)
     for layer in layers:  # re-packed where the plan runs the native kernel: [N / 32, K, 32]
         n_panels = -(-layer.out_features // 32)
         assert layer.formats["native_bf16"].shape == (n_panels, layer.in_features, 32)
     assert json.loads(cache.read_text())["bf16_panels"]["layout"] == [32, 1]
     monkeypatch.setattr(native, "_panel_layout", None)  # a new process: read, not timed
-    assert kernel_tuning.tune_bf16_panels(model, cache=cache) is False
+    assert tuning.tune_bf16_panels(model, cache=cache) is False
     assert timed == [len(layers)] and native.bf16_panel_layout() == (32, 1)
     # A new process puts the stored layout in force before it loads, so a model is packed
     # once, in that layout, and nothing is re-packed after.
     monkeypatch.setattr(native, "_panel_layout", None)
-    assert kernel_tuning.use_stored_bf16_panels(cache=tmp_path / "none.json") is False
+    assert tuning.use_stored_bf16_panels(cache=tmp_path / "none.json") is False
     assert native.bf16_panel_layout() == (16, 2)
-    assert kernel_tuning.use_stored_bf16_panels(cache=cache) is True
+    assert tuning.use_stored_bf16_panels(cache=cache) is True
     fresh = _model()
     for layer in (m for m in fresh if isinstance(m, Linear)):
         layer.use({1: "native_bf16"})
         assert layer.formats["native_bf16"].shape[1:] == (layer.in_features, 32)
-    assert kernel_tuning.tune_bf16_panels(fresh, cache=cache) is False
+    assert tuning.tune_bf16_panels(fresh, cache=cache) is False
 
 
 def test_measure_bf16_panels_times_every_layout_the_build_reads(native_on):
@@ -309,7 +309,7 @@ def test_measure_bf16_panels_times_every_layout_the_build_reads(native_on):
     if len(native.bf16_panel_layouts()) < 2:
         pytest.skip("this build reads one bf16 panel layout: nothing to choose")
     layers = [m for m in _model() if isinstance(m, Linear)]
-    entry = kernel_tuning.measure_bf16_panels(layers)
+    entry = tuning.measure_bf16_panels(layers)
     names = {f"{w}x{k}" for w, k in native.bf16_panel_layouts()}
     assert set(entry["seconds"]) == names
     sums = {name: sum(t.values()) for name, t in entry["seconds"].items()}
@@ -323,11 +323,11 @@ def test_a_bucket_is_planned_for_its_lowest_row_count_too(tmp_path, monkeypatch)
     rows but not at 9: the plan takes the least sum over both ends, and keeps both."""
     cost = {"fp32_panels": lambda rows: 14.0, "linear": float}
     monkeypatch.setattr(
-        kernel_tuning,
+        tuning,
         "_time",
         lambda group, name, x, best: cost.get(name, lambda rows: 1e3)(x.shape[0]) * len(group),
     )
-    chosen = kernel_tuning.tune_kernels(_model(), cache=tmp_path / "k.json")
+    chosen = tuning.tune_kernels(_model(), cache=tmp_path / "k.json")
     entry = chosen["Linear 48x64 bfloat16 bias"]
     assert entry["seconds"]["16"]["linear"] == 16.0 and entry["seconds_low"]["16"]["linear"] == 9.0
     assert entry["seconds_low"]["1"] == entry["seconds"]["1"]
@@ -339,15 +339,15 @@ def test_a_plan_without_every_bucket_is_measured_again(tmp_path, monkeypatch):
     """A cache written when the buckets were different (e.g. before the 256-row prefill
     bucket) would leave some row counts on no kernel at all: such an entry is re-timed."""
     cache = tmp_path / "k.json"
-    kernel_tuning.tune_kernels(_model(), cache=cache)
+    tuning.tune_kernels(_model(), cache=cache)
     stored = json.loads(cache.read_text())
     for entry in stored["groups"].values():
         del entry["plan"]["256"]
     cache.write_text(json.dumps(stored))
     timed = []
-    real = kernel_tuning.measure_group
-    monkeypatch.setattr(kernel_tuning, "measure_group", lambda ls: timed.append(1) or real(ls))
-    kernel_tuning.tune_kernels(_model(), cache=cache)
+    real = tuning.measure_group
+    monkeypatch.setattr(tuning, "measure_group", lambda ls: timed.append(1) or real(ls))
+    tuning.tune_kernels(_model(), cache=cache)
     assert timed == [1, 1]
 
 
@@ -363,10 +363,10 @@ def test_one_slow_sweep_does_not_drop_a_kernel(monkeypatch):
             return 10.0 if calls.count("spiky") == 1 else 1.0
         return 10.0
 
-    monkeypatch.setattr(kernel_tuning, "_sweep", sweep)
-    assert kernel_tuning._time([], "spiky", None, best=1.0) == 1.0
-    assert calls.count("spiky") == 2 + kernel_tuning.REPEATS
-    assert kernel_tuning._time([], "slow", None, best=1.0) == 10.0
+    monkeypatch.setattr(tuning, "_sweep", sweep)
+    assert tuning._time([], "spiky", None, best=1.0) == 1.0
+    assert calls.count("spiky") == 2 + tuning.REPEATS
+    assert tuning._time([], "slow", None, best=1.0) == 10.0
     assert calls.count("slow") == 2
 
 
@@ -376,7 +376,7 @@ def test_a_stale_native_build_lock_is_removed_and_a_fresh_one_kept(tmp_path):
     import os
     import time
 
-    from specdec.models import native
+    from specdec.kernels import native
 
     lock = tmp_path / "lock"
     lock.touch()

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor
-from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
-from specdec.speculator import build_speculator, load_speculator
-from specdec.speculator.online import LearnConfig, OnlineLearner, TrafficBuffer
-from specdec.speculator.train import TargetStates
+from specdec.heads import build_speculator, load_speculator
+from specdec.params import SamplingParams
+from specdec.training.online import LearnConfig, OnlineLearner, TrafficBuffer
+from specdec.training.stages import TargetStates
 
 from tiny import hf_tiny, native_from_hf
 
@@ -114,7 +114,7 @@ def test_the_rate_warms_up_and_defaults_by_kind(target, tokenizer):
     """The rate rises linearly over `warmup_steps` optimizer steps to 1e-3 for MLP heads
     and EAGLE_LR for an eagle head (or the configured rate), and the optimizer steps with
     it; a resumed learner goes on at the rate of its step."""
-    from specdec.speculator.online import EAGLE_LR, MLP_LR
+    from specdec.training.online import EAGLE_LR, MLP_LR
 
     learner = OnlineLearner(_heads(target), LearnConfig(min_tokens=8, seq_len=8, batch_size=2))
     assert learner.lr == MLP_LR
@@ -350,7 +350,7 @@ def test_cli_learn_lr_reaches_the_learner():
 
 def _eagle_learner(target, cfg, out=None):
     """An untrained eagle head (trained in fp32, served as a fused copy) and its learner."""
-    from specdec.speculator.eagle import build_eagle
+    from specdec.heads.eagle import build_eagle
 
     torch.manual_seed(0)
     head = build_eagle(target, intermediate_size=64, n_predict=3).eval().requires_grad_(False)
@@ -382,7 +382,7 @@ def test_an_eagle_head_learns_and_resumes(target, tokenizer, plain, tmp_path, au
     fewer target passes, output stays plain greedy's through the swaps, the served form is
     the drafting one, and a checkpoint holds the trainable form, which a new learner
     resumes from."""
-    from specdec.speculator.eagle import load_eagle
+    from specdec.heads.eagle import load_eagle
 
     cfg = LearnConfig(
         min_tokens=32, batch_size=8, seq_len=24, lr=3e-3, publish_every=10, autocast=autocast
@@ -428,8 +428,8 @@ def test_cli_learns_with_an_eagle_head(tmp_path, capsys):
     """`--draft EAGLE_DIR --learn`: the head learns while generating, checkpoints its
     trainable form into the directory, and a second run loads it and resumes."""
     from specdec.cli import main
+    from specdec.heads.eagle import build_eagle, load_eagle
     from specdec.models.loading import load_transformer
-    from specdec.speculator.eagle import build_eagle, load_eagle
 
     from tiny import tiny_tokenizer
 

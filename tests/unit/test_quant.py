@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from specdec.errors import InvalidParameterError
-from specdec.models.quant import Int4Linear, Int8Linear, _quantized, quantize, quantize_int4
+from specdec.kernels.quant import Int4Linear, Int8Linear, _quantized, quantize, quantize_int4
 
 from tiny import hf_tiny, native_from_hf
 
@@ -97,8 +97,8 @@ def test_int4_refuses_non_cpu_models():
 
 import torch.nn.functional as F  # noqa: E402
 
-from specdec.models import native  # noqa: E402
-from specdec.models.quant import q4_quantize, q4_reference  # noqa: E402
+from specdec.kernels import native  # noqa: E402
+from specdec.kernels.quant import q4_quantize, q4_reference  # noqa: E402
 
 
 @pytest.mark.parametrize("k", [64, 576, 1536])  # 576: a super-block of 256 cut short
@@ -248,7 +248,7 @@ def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(
     no bit of a product, for any row count; `tune_prefetch` times both levels over a
     model's tiled int4 layers, sets the faster, stores it for the machine and reads it
     back without timing again; a model with no tiled layer sets nothing."""
-    from specdec.models import kernel_tuning
+    from specdec.kernels import tuning
 
     op, tiles = tile_kernels
     if tiles is None:
@@ -270,15 +270,15 @@ def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(
 
         model = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=128)), "int4")
         cache = tmp_path / "kernels.json"
-        entry = kernel_tuning.tune_prefetch(model, cache=cache)
+        entry = tuning.tune_prefetch(model, cache=cache)
         assert set(entry["seconds"]) == {str(level) for level in native.TILE_PREFETCH_LEVELS}
         assert native.tile_prefetch() == entry["level"]
         native.set_tile_prefetch(1 - entry["level"])
-        monkeypatch.setattr(kernel_tuning, "measure_prefetch", lambda layers: pytest.fail("timed"))
-        assert kernel_tuning.tune_prefetch(model, cache=cache) == entry
+        monkeypatch.setattr(tuning, "measure_prefetch", lambda layers: pytest.fail("timed"))
+        assert tuning.tune_prefetch(model, cache=cache) == entry
         assert native.tile_prefetch() == entry["level"]  # read back, set again
         untiled = native_from_hf(hf_tiny("qwen2"))
-        assert kernel_tuning.tune_prefetch(untiled, cache=cache) == {}
+        assert tuning.tune_prefetch(untiled, cache=cache) == {}
     finally:
         native.set_tile_prefetch(0)
 
@@ -292,21 +292,21 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
     without timing; a group that keeps rows drops its tiles, its plans are keyed apart
     (`group_key`), the decode stack rebuilt from the layers computes what the eager layers
     do, and the model's outputs stay those of the same 4-bit weights."""
-    from specdec.models import kernel_tuning
-    from specdec.models.decode_stack import tune_stack
-    from specdec.models.quant import with_decode_stack
+    from specdec.kernels import tuning
+    from specdec.kernels.decode_stack import tune_stack
+    from specdec.kernels.quant import with_decode_stack
 
     op, tiles = tile_kernels
     if tiles is None:
         pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
     model = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=128)), "int4")
     assert model.decode_stack is not None
-    layers = kernel_tuning._tiled_int4(model)
-    keys = [kernel_tuning.group_key(layer) for layer in layers]  # before tuning drops any
+    layers = tuning._tiled_int4(model)
+    keys = [tuning.group_key(layer) for layer in layers]  # before tuning drops any
     tiled = dict(zip(keys, layers, strict=True))
     assert layers and all(key.endswith(" tiles") for key in keys)
     cache = tmp_path / "kernels.json"
-    chosen = kernel_tuning.tune_layout(model, cache=cache)
+    chosen = tuning.tune_layout(model, cache=cache)
     assert set(chosen) == set(tiled)
     for key, entry in chosen.items():
         assert set(entry["seconds"]) == {"tiles", "rows"}
@@ -319,18 +319,18 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
     x = torch.randint(0, 100, (1, 5))
     with torch.inference_mode():
         tiled_logits = fresh(x, fresh.new_cache(1, 16)).logits
-    stored = kernel_tuning.stored_entries("tile_layout", cache=cache)
+    stored = tuning.stored_entries("tile_layout", cache=cache)
     o_projs = [layer.self_attn.o_proj for layer in fresh.layers]  # in one tiled group
-    rows_key = kernel_tuning.group_key(o_projs[0])
-    assert rows_key in stored and all(kernel_tuning.group_key(p) == rows_key for p in o_projs)
+    rows_key = tuning.group_key(o_projs[0])
+    assert rows_key in stored and all(tuning.group_key(p) == rows_key for p in o_projs)
     stored = {key: {**entry, "tiles": key != rows_key} for key, entry in stored.items()}
-    kernel_tuning.store(cache, "tile_layout", stored)
-    monkeypatch.setattr(kernel_tuning, "measure_layout", lambda layers: pytest.fail("timed"))
-    assert kernel_tuning.tune_layout(fresh, cache=cache) == {key: stored[key] for key in chosen}
+    tuning.store(cache, "tile_layout", stored)
+    monkeypatch.setattr(tuning, "measure_layout", lambda layers: pytest.fail("timed"))
+    assert tuning.tune_layout(fresh, cache=cache) == {key: stored[key] for key in chosen}
     assert all(p.tiles.numel() == 0 for p in o_projs)
-    assert not kernel_tuning.group_key(o_projs[0]).endswith("tiles")
+    assert not tuning.group_key(o_projs[0]).endswith("tiles")
     # Every other group keeps its tiles.
-    assert len(kernel_tuning._tiled_int4(fresh)) == len(layers) - keys.count(rows_key)
+    assert len(tuning._tiled_int4(fresh)) == len(layers) - keys.count(rows_key)
     with_decode_stack(fresh)
     tune_stack(fresh, cache=cache)
     with torch.inference_mode():
@@ -344,8 +344,8 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
 
 _ISA_OUTPUTS = """
 import sys, torch
-from specdec.models import native
-from specdec.models.quant import q4_quantize
+from specdec.kernels import native
+from specdec.kernels.quant import q4_quantize
 torch.manual_seed(0)
 outs = []
 for k in (64, 576, 896, 1536):  # 1, 2 + 1 (cut short), 3.5 and 6 super-blocks
@@ -366,7 +366,7 @@ def test_native_q4_avx512_build_computes_what_the_avx2_build_does(tmp_path):
     import subprocess
     import sys
 
-    from specdec.models.kernel_tuning import cpu_info
+    from specdec.kernels.tuning import cpu_info
 
     widest = native.instruction_set(set(cpu_info()[1].split()))
     if widest == "avx2":

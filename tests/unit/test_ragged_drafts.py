@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor
-from specdec.config import SamplingParams
 from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import NgramDrafter
 from specdec.engine import Engine
+from specdec.params import SamplingParams
 
 PROMPTS = [[5, 17, 42, 8, 9], [4, 4, 31], [9, 8, 7, 6], [50, 12]]
 

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from specdec.errors import ModelIntegrityError
-from specdec.speculator import build_speculator, load_speculator
+from specdec.heads import build_speculator, load_speculator
 
 from tiny import hf_tiny, native_from_hf
 

@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 
 from specdec.drafters import SpeculatorDrafter
 from specdec.errors import IncompatibleDraftError, ModelIntegrityError, ModelNotFoundError
-from specdec.speculator import (
+from specdec.heads import (
     SpeculatorConfig,
     build_speculator,
     is_speculator_dir,
@@ -203,8 +203,8 @@ def test_drafting_form_proposes_what_the_heads_propose(target, mode):
     same chains and trees (fp32), ties kept; "int4" drafts valid ids from int4 layers."""
     import copy
 
-    from specdec.models.linear import Linear
-    from specdec.models.quant import Int4Linear
+    from specdec.kernels.linear import Linear
+    from specdec.kernels.quant import Int4Linear
 
     spec = _random_init(build_speculator(target, n_predict=3, **MODES[mode]))
     hidden, last = torch.randn(3, 64), torch.tensor([4, 20, 33])

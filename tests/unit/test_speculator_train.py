@@ -9,16 +9,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-import specdec.speculator.train as train_mod
+import specdec.training.stages as train_mod
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.cli import main
-from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
-from specdec.speculator import load_speculator
-from specdec.speculator.train import Corpus, SpeculatorTrainer, TargetStates, TrainConfig
+from specdec.heads import load_speculator
+from specdec.params import SamplingParams
+from specdec.training.stages import Corpus, SpeculatorTrainer, TargetStates, TrainConfig
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer
 
@@ -293,7 +293,7 @@ def test_the_target_dtype_follows_the_cpus_bf16_support(monkeypatch):
     states 6.4x slower than fp32 on an AVX2 CPU); bf16 on a GPU."""
     import torch
 
-    from specdec.speculator.train import target_dtype
+    from specdec.training.stages import target_dtype
 
     for native, want in ((True, "bf16"), (False, "fp32")):
         monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda n=native: n)
@@ -306,7 +306,7 @@ def test_heads_learn_under_bf16_autocast_with_fp32_weights(target, tmp_path, mon
     heads' positions per second on an AMX Xeon) the heads still learn: stage-1 loss halves
     and every head beats the most frequent token, while their weights and the optimizer's
     state stay fp32. The default follows the CPU's bf16 support."""
-    from specdec.speculator.train import heads_autocast
+    from specdec.training.stages import heads_autocast
 
     tok = tiny_tokenizer()
     cfg = _cfg(stage2_steps=0, heads_autocast=True)
@@ -332,7 +332,7 @@ def test_stage1_can_learn_the_targets_own_choices(target, tmp_path):
     labels are the argmax of the target's logits one position back, and heads trained on
     them match those choices better than the text, where heads trained on text do the
     opposite (so the labels are what the loss used)."""
-    from specdec.speculator.train import PackedStream, head_losses, target_labels
+    from specdec.training.stages import PackedStream, head_losses, target_labels
 
     tok = tiny_tokenizer()
     corpus = Corpus(corpus_docs(), tok)
@@ -399,7 +399,7 @@ def test_an_eagle_head_learns_in_both_stages_and_drafts_losslessly(target, tmp_p
     for step_before, step_after in zip(b.acc_per_head, a.acc_per_head, strict=True):
         assert step_after > step_before + 0.1, (b.acc_per_head, a.acc_per_head)
     from specdec.drafters import EagleDrafter
-    from specdec.speculator.eagle import is_eagle_dir, load_eagle
+    from specdec.heads.eagle import is_eagle_dir, load_eagle
 
     assert is_eagle_dir(tmp_path)
     loaded = load_eagle(tmp_path, target)
@@ -426,7 +426,7 @@ def test_walked_windows_follow_the_engine_not_the_mean_over_positions():
     hard position (1 token each), 8 tokens in 5 passes = 1.6, where the mean over
     positions reads 1 + 12 / 8 = 2.5. A stretch where drafts 0-1 of 3 are right walks in
     steps of 3."""
-    from specdec.speculator.train import walked_windows
+    from specdec.training.stages import walked_windows
 
     easy, hard = [True] * 3, [False] * 3
     run = torch.tensor([easy] * 4 + [hard] * 4, dtype=torch.long)

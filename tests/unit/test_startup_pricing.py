@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from specdec import engine as engine_module
-from specdec.config import SamplingParams
 from specdec.cost_model import (
     FIRST_TIMINGS,
     AdaptiveWindow,
@@ -20,9 +19,10 @@ from specdec.cost_model import (
 )
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
-from specdec.models import kernel_tuning
-from specdec.models.linear import BUCKETS, Linear
-from specdec.models.quant import quantize
+from specdec.kernels import tuning
+from specdec.kernels.linear import BUCKETS, Linear
+from specdec.kernels.quant import quantize
+from specdec.params import SamplingParams
 
 from tiny import hf_tiny, native_from_hf
 
@@ -35,8 +35,8 @@ def _model():
 def test_projection_seconds_sums_each_layers_planned_kernel(tmp_path):
     cache = tmp_path / "k.json"
     model = _model()
-    chosen = kernel_tuning.tune_kernels(model, cache=cache)
-    seconds = kernel_tuning.projection_seconds(model, cache=cache)
+    chosen = tuning.tune_kernels(model, cache=cache)
+    seconds = tuning.projection_seconds(model, cache=cache)
     assert set(seconds) == set(BUCKETS)
     for rows in BUCKETS:
         expected = sum(
@@ -48,15 +48,15 @@ def test_projection_seconds_sums_each_layers_planned_kernel(tmp_path):
 
 def test_projection_seconds_is_empty_without_plans_or_timings(tmp_path):
     cache = tmp_path / "k.json"
-    assert kernel_tuning.projection_seconds(_model(), cache=cache) == {}  # never tuned
-    assert kernel_tuning.projection_seconds(None, cache=cache) == {}  # no model (n-gram)
+    assert tuning.projection_seconds(_model(), cache=cache) == {}  # never tuned
+    assert tuning.projection_seconds(None, cache=cache) == {}  # no model (n-gram)
     model = _model()
-    kernel_tuning.tune_kernels(model, cache=cache)
+    tuning.tune_kernels(model, cache=cache)
     model.append(Linear(32, 16))  # one projection without a plan: no partial price
-    assert kernel_tuning.projection_seconds(model, cache=cache) == {}
+    assert tuning.projection_seconds(model, cache=cache) == {}
     tuned = _model()
-    kernel_tuning.tune_kernels(tuned, cache=cache)
-    assert kernel_tuning.projection_seconds(tuned, cache=tmp_path / "other.json") == {}
+    tuning.tune_kernels(tuned, cache=cache)
+    assert tuning.projection_seconds(tuned, cache=tmp_path / "other.json") == {}
 
 
 # The measured case: the 1.5B target (plain step 0.19 s, a 47-token prefill 1.7 s) and

@@ -1,4 +1,4 @@
-"""The eagle head's fixed-shape drafting passes (`specdec.models.static_eagle`) draft what
+"""The eagle head's fixed-shape drafting passes (`specdec.graphs.static_eagle`) draft what
 the eager drafter drafts, token for token in fp32: in an engine whose rows join and
 leave, whose windows vary (k = 0 steps pile up entries that the eager path then feeds),
 with drafts kept at several lengths so the feeds span every entry bucket."""
@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from specdec.bench.timing_drafter import AcceptanceControlledDrafter, records_from
-from specdec.config import SamplingParams
 from specdec.cost_model import FixedWindow
 from specdec.drafters.base import PassStates
 from specdec.drafters.eagle import EagleDrafter
 from specdec.engine import Engine
-from specdec.models.static_eagle import StaticEagle
-from specdec.speculator.eagle import build_eagle
+from specdec.graphs.static_eagle import StaticEagle
+from specdec.heads.eagle import build_eagle
+from specdec.params import SamplingParams
 
 from tiny import hf_tiny, native_from_hf, staggered
 

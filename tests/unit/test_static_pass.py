@@ -1,7 +1,7 @@
-"""Fixed-shape passes (`specdec.models.static_pass`) on the CPU: the bucket choice, the
+"""Fixed-shape passes (`specdec.graphs.static_pass`) on the CPU: the bucket choice, the
 padding masks, in-place buffers, and the same logits and cache contents as the eager
 `Transformer.forward` for decode, ragged verify, tree verify and padded rows, with the
-model's own layers and with the compiled ones (`specdec.models.fused_layers`, fp32)."""
+model's own layers and with the compiled ones (`specdec.graphs.fused_layers`, fp32)."""
 
 import copy
 import time
@@ -9,9 +9,8 @@ import time
 import pytest
 import torch
 
-from specdec.models.fused_layers import fused_layers_apply
-from specdec.models.quant import quantize
-from specdec.models.static_pass import (
+from specdec.graphs.fused_layers import fused_layers_apply
+from specdec.graphs.static_pass import (
     Bucket,
     PassBuffers,
     Replay,
@@ -24,8 +23,9 @@ from specdec.models.static_pass import (
     static_mask,
     use_static_passes,
 )
-from specdec.speculator import SpeculatorConfig
-from specdec.speculator.model import MLPSpeculator
+from specdec.heads import SpeculatorConfig
+from specdec.heads.mlp import MLPSpeculator
+from specdec.kernels.quant import quantize
 
 from tiny import hf_tiny, native_from_hf
 
@@ -353,7 +353,7 @@ def test_bf16_passes_score_a_token_the_same_whatever_their_width(fuse):
 def test_a_stack_that_fails_to_compile_leaves_the_model_own_layers(model, monkeypatch):
     """A compiler failure in a race (or later, in a bucket of a model whose race chose
     the fused stack) is a warning: the model's own layers run that bucket."""
-    from specdec.models import static_pass
+    from specdec.graphs import static_pass
 
     def broken(*args, **kwargs):
         raise RuntimeError("no compiler here")
@@ -375,7 +375,7 @@ def test_a_stack_that_fails_to_compile_leaves_the_model_own_layers(model, monkey
 
 @torch.inference_mode()
 def test_running_out_of_memory_is_no_compiler_failure(model, monkeypatch):
-    from specdec.models import static_pass
+    from specdec.graphs import static_pass
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory")

@@ -2,7 +2,7 @@
 
 import torch
 
-from specdec.speculator.tree import TokenTree, TreeDraft, greedy_walk, select_paths
+from specdec.heads.tree import TokenTree, TreeDraft, greedy_walk, select_paths
 
 PATHS = [(1, 2, 3), (1, 2, 4), (1, 5, 6), (7, 8), (1, 2)]
 

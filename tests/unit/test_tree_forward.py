@@ -5,7 +5,7 @@ leaves it exactly as plain decoding of that path would."""
 import pytest
 import torch
 
-from specdec.speculator.tree import TokenTree, TreeDraft
+from specdec.heads.tree import TokenTree, TreeDraft
 
 from tiny import hf_tiny, native_from_hf
 

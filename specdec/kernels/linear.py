@@ -6,23 +6,23 @@ memory, and which kernel streams fastest depends on the CPU: on a Zen 5 EPYC wit
 AVX-512 bf16, oneDNN's prepacked bf16 weights stream at ~44 GB/s where `torch.mv` reaches
 18; on a Zen 3 EPYC (AVX2, no bf16 instructions) oneDNN refuses bf16, PyTorch's bf16
 kernels slow down with every extra row (a 4-row verify costs 4 one-row steps) and a small
-native kernel that widens bf16 in registers (`specdec.models.native`) keeps 2-4 rows near
+native kernel that widens bf16 in registers (`specdec.kernels.native`) keeps 2-4 rows near
 the cost of one, while a prefill's many rows go fastest through weights widened to fp32
 a cache-sized panel at a time (`_fp32_panels`). No rule tuned on one CPU is right for the
 next, so `tune_kernels` times each candidate for each bucket of row counts over layers of
 one shape (the way a decode step sweeps them, so the caches behave as they will), keeps
-the fastest, and caches the choice per machine (`kernel_tuning`).
+the fastest, and caches the choice per machine (`tuning`).
 
 Memory: two formats are stored copies of the weights, in the same dtype: oneDNN's
 prepacked weights (only where that kernel measures fastest) and the native kernel's panel
 layout (`pack_panels`: 8 outputs a panel in AVX2 builds, 32 in AVX-512 ones; AVX-512 BF16
-ones read those or 16 outputs by pairs of k, whichever `kernel_tuning.tune_bf16_panels`
+ones read those or 16 outputs by pairs of k, whichever `tuning.tune_bf16_panels`
 timed faster here), which the decode stack reads too, so a bf16 model
 holds its weights twice (3.1 GB more for the 1.5B) for products 1.01-1.26x faster than from
-the row layout on a Zen 3 (1-6 rows; 7-8 rows 0.96-1.10x; docs/BENCHMARKS.md stop 48) and
-1.14-1.62x on a Zen 4 (1-8 rows, stop 53); the pair panels multiply 1.6x as fast again
-there, which keeps a 5-8 row verify pass near the memory's pace (stop 54), and pass 4-8
-rows 7-10% slower than the FMA panels on a Xeon with AMX (stop 55).
+the row layout on a Zen 3 (1-6 rows; 7-8 rows 0.96-1.10x; docs/benchmarks.md) and
+1.14-1.62x on a Zen 4 (1-8 rows); the pair panels multiply 1.6x as fast again
+there, which keeps a 5-8 row verify pass near the memory's pace, and pass 4-8
+rows 7-10% slower than the FMA panels on a Xeon with AMX.
 A stored fp32 copy was measured too and dropped: it doubles a bf16 model's memory (6.2 GB
 more for the 1.5B) for no gain over the native kernel.
 
@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.models import native
+from specdec.kernels import native
 
 # Row-count buckets: a product of `rows` rows uses the choice of the first bucket >= rows.
 # 256 stands for every larger product (prefills), which is compute-bound: there a kernel
@@ -163,7 +163,7 @@ def pack_panels(weight: torch.Tensor, width: int = 8, kstep: int = 1) -> torch.T
 
 
 def _native_pack(layer):
-    """The panel layout where the build reads it (every build since stop 53), else None
+    """The panel layout where the build reads it, else None
     (the row layout: `layer.weight` as it is)."""
     if not native.bf16_panels():
         return None

@@ -26,14 +26,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from specdec.errors import InvalidParameterError
-from specdec.models import native
-from specdec.models.linear import Kernel, Linear
-from specdec.models.transformer import Transformer
+from specdec.kernels import native
+from specdec.kernels.linear import Kernel, Linear
+
+if TYPE_CHECKING:  # annotations only: the models are built on these kernels
+    from specdec.models.transformer import Transformer
+
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +242,7 @@ class Int4Linear(_QuantLinear):
             self.register_buffer(f.name, getattr(q4, f.name))
         # The same weights in the native kernel's tile layout, where asked for and the build
         # reads it (AVX-512, N % 16 == 0); empty elsewhere. Derived at load, never stored.
-        # Which layout a layer keeps is measured per machine (`kernel_tuning.tune_layout`):
+        # Which layout a layer keeps is measured per machine (`tuning.tune_layout`):
         # on a Zen 4, 4 rows cost 1.05x one row in tiles and 1.6x in rows (the 1.5B's 28
         # layers), but one row of the 0.5B's head streamed 1.2x faster in rows; on an
         # Intel Xeon with AMX the whole 0.5B steps 1.45x faster in tiles.
@@ -354,7 +358,7 @@ def quantize(
     the file's 4-bit blocks as they are (`gguf_q4`); `model.quant_report` says which. The
     layers a file gives are stored under `$SPECDEC_HOME/int4/` for the next load. `tiles`:
     int4 layers also build the native kernel's tile layout (see Int4Linear), which
-    `kernel_tuning.tune_layout` keeps where it is timed faster on the machine at hand.
+    `tuning.tune_layout` keeps where it is timed faster on the machine at hand.
     """
     if kind not in QUANTS:
         raise InvalidParameterError(
@@ -364,7 +368,7 @@ def quantize(
         return with_decode_stack(model)
     if model.device.type != "cpu":
         raise InvalidParameterError(f"{kind} quantization is implemented for CPU only")
-    from specdec.models.gguf_q4 import QuantReport, StoredGGUFWeights
+    from specdec.kernels.gguf_q4 import QuantReport, StoredGGUFWeights
 
     source = StoredGGUFWeights(gguf, model.dtype) if gguf is not None and kind == "int4" else None
     report = QuantReport()
@@ -389,7 +393,7 @@ def quantize(
 def with_decode_stack(model: Transformer) -> Transformer:
     """`model` with the native decode stack where it applies (int4 or bf16 projections),
     built from its layers' tensors as they are now (again after `tune_layout` drops tiles)."""
-    from specdec.models.decode_stack import DecodeStack  # it imports this module
+    from specdec.kernels.decode_stack import DecodeStack  # it imports this module
 
     model.decode_stack = DecodeStack.for_model(model)
     return model

@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.models import native
-from specdec.models.linear import BUCKETS, KERNELS_VERSION, Linear
+from specdec.kernels import native
+from specdec.kernels.linear import BUCKETS, KERNELS_VERSION, Linear
 
 REPEATS = 5
 GIVE_UP = 3.0  # a candidate this many times slower than the best after one sweep is dropped
@@ -78,7 +78,7 @@ def machine_id() -> str:
 
 
 def kernel_cache() -> Path:
-    from specdec.models.registry import cache_root
+    from specdec.paths import cache_root
 
     return cache_root() / "kernels" / f"{machine_id()}.json"
 
@@ -242,7 +242,7 @@ def announce(what: str, cache: Path) -> None:
     """One line on stderr before a timing that takes a while (minutes for a 1.5B model on
     two cores): it runs once per machine, torch and native build, so a user who meets it
     after a fresh install or an upgrade knows why the first load is slow."""
-    from specdec.models.registry import status  # registry imports this module's users
+    from specdec.console import status
 
     status(f"{what} on this machine, once per machine and build (kept in {cache})")
 
@@ -351,7 +351,7 @@ def measure_bf16_panels(layers: list[Linear]) -> dict:
     weights in each panel layout the build reads (`_sweep_settings`: the eager native_bf16
     entry, the layouts taking turns), and the layout with the least sum. Packs each layout
     for these layers only, and gives them back the panels they held before."""
-    from specdec.models.linear import pack_panels
+    from specdec.kernels.linear import pack_panels
 
     packed = {
         f"{width}x{kstep}": [pack_panels(layer.weight, width, kstep) for layer in layers]
@@ -436,7 +436,7 @@ def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: boo
 
 def _tiled_int4(model: nn.Module) -> list[nn.Module]:
     """`model`'s CPU int4 layers that hold the tile layout, in model order."""
-    from specdec.models.quant import Int4Linear  # quant imports linear, as this module does
+    from specdec.kernels.quant import Int4Linear  # quant imports linear, as this module does
 
     return [
         m

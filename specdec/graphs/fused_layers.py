@@ -1,16 +1,16 @@
 """The decoder stack as few GPU kernels: each layer's elementwise work fused around its
-matmuls by TorchInductor, for the fixed-shape passes of `specdec.models.static_pass`.
+matmuls by TorchInductor, for the fixed-shape passes of `specdec.graphs.static_pass`.
 
 Why: a replayed CUDA graph leaves no host time, so a pass costs what its kernels cost, and
 an eager layer is ~40 small kernels (norms, RoPE, residuals, SiLU, layout copies), each a
 few microseconds whatever its bytes: on an H200 the 1.5B's one-token pass took 3.4 ms for
-0.74 ms of weight reads (docs/BENCHMARKS.md, stop 39). Here a layer is
+0.74 ms of weight reads. Here a layer is
 
     [norm + qkv matmul + RoPE]  cache writes + attention  [o matmul + residual + norm +
     gate/up matmul + SiLU*up + down matmul + residual + the next layer's norm]
 
 where the bracketed parts are compiled functions (TorchInductor, `dynamic=False`). The
-matmuls stay the library's (inductor's default mode calls cuBLAS for them; stop 39's
+matmuls stay the library's (inductor's default mode calls cuBLAS for them; an earlier
 whole-layer compile made a 9-token pass 2.3x a one-token one), and attention and the cache
 writes stay eager: they depend on the key span, so leaving them out means the compiled
 functions depend only on (rows, tokens) and the model's shapes. The functions take the
@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel
 
+from specdec.kernels.linear import Linear
 from specdec.models.kv_cache import KVCache
-from specdec.models.linear import Linear
 from specdec.models.transformer import (
     Transformer,
     attend,

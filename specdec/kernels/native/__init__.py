@@ -36,7 +36,7 @@ def bf16_gemv():
 
 def bf16_panels() -> bool:
     """Whether `bf16_gemv` is given its weights in the panel layout (`linear.pack_panels`):
-    wherever it is built, since stop 53 (AVX2 builds since stop 48), measured faster than
+    wherever it is built (AVX2 and AVX-512), measured faster than
     the row layout on a Zen 3 (AVX2) and a Zen 4 (AVX-512); the row layout stays for
     callers that give no panels. Follows `bf16_gemv`'s cache (and its `cache_clear`)."""
     return bf16_gemv() is not None
@@ -46,7 +46,7 @@ def bf16_panel_layouts() -> list[tuple[int, int]]:
     """The panel layouts the build reads, as (outputs a panel, k of one output side by side
     in a line), its default first (bf16_kernel.h): [(8, 1)] in AVX2 builds, [(32, 1)] in
     AVX-512 ones (fp32 FMAs), [(16, 2), (32, 1)] in AVX-512 BF16 ones (`vdpbf16ps` on
-    pairs, or the FMAs: which is faster differs by CPU, `kernel_tuning.tune_bf16_panels`)."""
+    pairs, or the FMAs: which is faster differs by CPU, `tuning.tune_bf16_panels`)."""
     if bf16_gemv() is None:
         return [(8, 1)]
     return [tuple(layout) for layout in _loaded["bf16_gemv"].LAYOUTS]
@@ -119,7 +119,7 @@ _loaded: dict[str, object] = {}  # name -> the module last built or loaded, for 
 def set_tile_prefetch(level: int) -> None:
     """Make the int4 tile layout prefetch into L1 (0) or L2 (1) in every native module,
     loaded or still to load: which streams faster depends on the CPU, so it is chosen by
-    timing here (`kernel_tuning.tune_prefetch`). The products are the same either way."""
+    timing here (`tuning.tune_prefetch`). The products are the same either way."""
     global _tile_prefetch
     if level not in TILE_PREFETCH_LEVELS:
         raise ValueError(f"tile prefetch level {level!r}: expected one of {TILE_PREFETCH_LEVELS}")
@@ -158,7 +158,7 @@ def sources_digest() -> str:
 # AVX-512 BF16 too, the bf16 product can also multiply pairs of bf16 with `vdpbf16ps`, in a
 # layout of its own (`bf16_panel_layouts`): on a Zen 4 1.6-1.7x the fp32 FMAs' rate, on a
 # Xeon with AMX slower than them at 5-8 rows, so which layout a machine packs is timed
-# (`kernel_tuning.tune_bf16_panels`). `SPECDEC_NATIVE_ISA=avx512` builds without it. With
+# (`tuning.tune_bf16_panels`). `SPECDEC_NATIVE_ISA=avx512` builds without it. With
 # AMX (tiles and BF16) the pair panels are multiplied on AMX tiles instead (bf16_kernel.h:
 # 2-16 rows at the cost of one); `SPECDEC_NATIVE_ISA=avx512bf16` builds without them.
 _AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
@@ -209,8 +209,8 @@ def _clear_stale_lock(build: Path) -> None:
 
 def _build(name: str):
     """Compile (or load the earlier build of) `<name>.cpp`, or None where it cannot be."""
-    # Imported here: kernel_tuning imports linear.py, which imports this module.
-    from specdec.models.kernel_tuning import cpu_info, machine
+    # Imported here: tuning imports linear.py, which imports this module.
+    from specdec.kernels.tuning import cpu_info, machine
 
     flags = set(cpu_info()[1].split())
     if os.environ.get("SPECDEC_NATIVE", "1") == "0" or not ISA_NEEDS["avx2"] <= flags:
@@ -218,7 +218,8 @@ def _build(name: str):
     try:
         from torch.utils.cpp_extension import load
 
-        from specdec.models.registry import cache_root, status
+        from specdec.console import status
+        from specdec.paths import cache_root
 
         # The build depends on the CPU, torch, the sources and the instruction set (machine()
         # names all four; torch alone would not rebuild for a changed header), not on how

@@ -26,7 +26,7 @@ thread beside the engine cost 24-36% of decode throughput at a 0.25 budget: ever
 second of it stalls the engine's parallel regions.) A failure is kept in `error` (and
 logged); training stops there and serving goes on with the last published heads.
 
-An eagle head (`specdec.speculator.eagle`) learns the same way, with its own objective
+An eagle head (`specdec.heads.eagle`) learns the same way, with its own objective
 (`train.eagle_losses`: state regression and cross-entropy over unrolled draft steps); the
 learner trains its trainable form and publishes through `serve`, which makes the drafting
 form (fused q/k/v, quantized, tuned kernels). A row that was drafting when new weights came
@@ -55,8 +55,8 @@ from pathlib import Path
 import torch
 
 from specdec.errors import InvalidParameterError
-from specdec.speculator.eagle import EagleHead
-from specdec.speculator.model import WEIGHTS, MLPSpeculator
+from specdec.heads.eagle import EagleHead
+from specdec.heads.mlp import WEIGHTS, MLPSpeculator
 
 logger = logging.getLogger("specdec.learn")
 STATE = "learn_state.json"
@@ -87,7 +87,7 @@ class LearnConfig:
     # Forward and backward under bf16 autocast (the student and its optimizer stay fp32);
     # None: where the device multiplies bf16 natively (`train.heads_autocast`). Measured on
     # an Intel Xeon with AMX, the Qwen 1.5B's eagle head: 263 positions/s against 124 in
-    # fp32 (micro-batches of 2 windows; `docs/bench-xeon-s40/scripts/learner_speed.py`).
+    # fp32 (micro-batches of 2 windows; archived runs, git tag archive/bench-runs).
     autocast: bool | None = None
 
     def __post_init__(self) -> None:
@@ -201,7 +201,7 @@ class OnlineLearner:
         self._tick = self._clock()  # the end of the last `between_steps`
         self._acceptance: deque[tuple[int, torch.Tensor]] = deque(maxlen=cfg.window)
         self._rng = random.Random(cfg.seed)
-        from specdec.speculator.train import heads_autocast
+        from specdec.training.stages import heads_autocast
 
         self._device = next(self.student.parameters()).device
         self.autocast = heads_autocast(self._device.type, cfg.autocast)
@@ -256,7 +256,7 @@ class OnlineLearner:
             # page, a neighbour), not slow: it counts at most STALL_ESTIMATES estimates,
             # against the budget and in the estimate. Counted whole, one micro-batch paused
             # for 413 s left the credit that far short and the estimate at minutes, and a
-            # replay learnt nothing for its next 186 requests (stop 37).
+            # replay learnt nothing for its next 186 requests.
             if self._micro_s:
                 spent = min(spent, STALL_ESTIMATES * self._micro_s)
             self._micro_s = spent if not self._micro_s else 0.8 * self._micro_s + 0.2 * spent
@@ -271,6 +271,11 @@ class OnlineLearner:
         """Serving (re)starts now: the time since the last step earns no training (for a
         caller that interleaves engines on one machine, as a side-by-side benchmark does)."""
         self._tick = self._clock()
+
+    def recorder(self) -> RequestRecorder:
+        """A recorder of one drafter's rows for this learner (the drafter holds it, so the
+        drafters need not import the training package)."""
+        return RequestRecorder(self)
 
     # --- training ---
 
@@ -294,7 +299,7 @@ class OnlineLearner:
     def _micro_step(self) -> bool:
         """Forward and backward over one micro-batch of windows; the optimizer step (and
         any publish or checkpoint) when they complete a batch. Returns whether it stepped."""
-        from specdec.speculator.train import eagle_losses, head_losses
+        from specdec.training.stages import eagle_losses, head_losses
 
         cfg = self.cfg
         B = min(cfg.micro_batch, cfg.batch_size - self._windows)

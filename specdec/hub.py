@@ -37,6 +37,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from specdec.console import status
 from specdec.errors import (
     InvalidParameterError,
     ModelIntegrityError,
@@ -44,6 +45,7 @@ from specdec.errors import (
     SpecdecError,
     UnsupportedModelError,
 )
+from specdec.paths import cache_root
 
 __all__ = [
     "DTYPES",
@@ -121,17 +123,6 @@ REGISTRY: dict[str, ModelSpec] = {
 
 
 # --------------------------------------------------------------------------- small helpers
-
-
-def cache_root() -> Path:
-    """Where assembled GGUFs and converted models live: `$SPECDEC_HOME`, else ~/.cache/specdec."""
-    home = os.environ.get("SPECDEC_HOME")
-    return Path(home).expanduser() if home else Path.home() / ".cache" / "specdec"
-
-
-def status(message: str) -> None:
-    """One status line on stderr; tqdm.write keeps it from tearing an active progress bar."""
-    tqdm.write(f"specdec: {message}", file=sys.stderr)
 
 
 def _check_dtype(dtype: str) -> None:

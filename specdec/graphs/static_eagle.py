@@ -1,5 +1,5 @@
 """An eagle head's drafting step as fixed-shape passes over preallocated buffers, so that
-on CUDA each bucket is captured as one CUDA graph (`specdec.models.static_pass.Replay`).
+on CUDA each bucket is captured as one CUDA graph (`specdec.graphs.static_pass.Replay`).
 
 Why: the head is one decoder layer, but a draft step of n tokens is n + 1 small passes,
 each a few dozen kernel launches; eager, a GPU spends the step launching them (the 0.5B
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from specdec.models.static_pass import MIN_SPAN, Replay, bucket_sizes, pick
+from specdec.graphs.static_pass import MIN_SPAN, Replay, bucket_sizes, pick
 
 
 class EagleBuffers:

@@ -1,7 +1,7 @@
 """SpecStats: the one definition of speculation metrics used by the CLI, the benchmarks and
 the server, per request and in aggregate (stats add up with `+`).
 
-Definitions (DESIGN.md glossary):
+Definitions (docs/design/glossary.md):
 - acceptance rate = accepted / drafted draft tokens.
 - mean accepted length = tokens emitted per target pass = 1 + accepted / steps, counting
   the recovered-or-bonus token; 1.0 for plain decoding.

@@ -1,4 +1,4 @@
-"""Trained MLP speculator heads as a drafter (see `specdec.speculator.model`).
+"""Trained MLP speculator heads as a drafter (see `specdec.heads.mlp`).
 
 Per row the drafter keeps two things: the target's final hidden state at the last position
 in the target's KV cache (given by the engine through `observe` after every prefill and
@@ -8,19 +8,19 @@ top-1 per head. The proposal is a deterministic function of the committed histor
 one-hot (`probs` None) and the lossless acceptors stay lossless, at any temperature.
 
 With `tree=(4, 3, 2)` it proposes a candidate tree (`TreeDraft`, see
-`specdec.speculator.tree`) instead: all combinations of the top-k of each head, the best
+`specdec.heads.tree`) instead: all combinations of the top-k of each head, the best
 `n_candidates` by summed log-probability, merged on shared prefixes; the engine verifies it
 in one target pass, losslessly at any temperature (`TreeWalkSampler`: the argmax walk for
 greedy rows, recursive rejection sampling over the children for rows that sample).
 `sampled_tree=False` gives sampling rows only the best path (a chain) instead.
 
-With a `learner` (`specdec.speculator.online.OnlineLearner`) the drafter also records the
+With a `learner` (`specdec.training.online.OnlineLearner`) the drafter also records the
 target's kept states and tokens of its rows for the learner, reports how many of its
 drafts were kept, and proposes with the learner's newest heads, taken once at the start of
 each proposal (the swap: a step drafts with one version throughout); the learner trains in
 the engine's time between steps (`between_steps`).
 
-With `static_passes` the heads draft through `specdec.models.static_pass.StaticHeads`
+With `static_passes` the heads draft through `specdec.graphs.static_pass.StaticHeads`
 (bucketed by rows over this drafter's own `hidden`/`last` tensors; CUDA graphs with
 `cuda_graphs`, recaptured when the learner swaps in new heads).
 """
@@ -33,8 +33,8 @@ import torch
 
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase
-from specdec.models.static_pass import StaticHeads, use_static_passes
-from specdec.speculator.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
+from specdec.graphs.static_pass import StaticHeads, use_static_passes
+from specdec.heads.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
 
 
 class SpeculatorDrafter(DrafterBase):
@@ -54,9 +54,7 @@ class SpeculatorDrafter(DrafterBase):
         self.learner = learner
         self.recorder = None
         if learner is not None:
-            from specdec.speculator.online import RequestRecorder
-
-            self.recorder = RequestRecorder(learner)
+            self.recorder = learner.recorder()
         self._drafted = 0  # heads used in the latest proposal
         cfg = speculator.config
         self.n_predict = cfg.n_predict

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn.attention import SDPBackend
 
-from specdec.models.fused_layers import fused_layers_apply, run_fused_layers
+from specdec.graphs.fused_layers import fused_layers_apply, run_fused_layers
 from specdec.models.kv_cache import KVCache
 from specdec.models.transformer import ForwardOutput, Transformer
 
@@ -263,7 +263,7 @@ class StaticPasses:
     (CUDA only) captures each bucket on first use; otherwise buffers run eagerly.
 
     `fuse` forces the layer stack: the model's own (`Transformer.run_layers`, False) or
-    the compiled one of `specdec.models.fused_layers` (True). By default (None), with
+    the compiled one of `specdec.graphs.fused_layers` (True). By default (None), with
     graphs, the model's `layer_stack` decides, and where that is None a race does: the
     first bucket captured times each candidate (the model's own, the fused, and on CUDA
     the fused with SDPA's memory-efficient attention instead of cuDNN's), keeps the

@@ -310,16 +310,16 @@ class MLPSpeculator(nn.Module):
     def for_drafting(self, quant: str = "none") -> MLPSpeculator:
         """These heads made cheap to draft with, in place, for inference only: every
         projection, and the target's vocabulary rows where they are reused, as a
-        `specdec.models.linear.Linear`, whose kernel `kernel_tuning` measures (run it over
+        `specdec.kernels.linear.Linear`, whose kernel `tuning` measures (run it over
         them afterwards; `LLM` does), and with `quant` "int4" / "int8" in that format on
-        the CPU (`specdec.models.quant`: the heads then draft with those weights, which
+        the CPU (`specdec.kernels.quant`: the heads then draft with those weights, which
         changes what they propose, never what the target emits). Tied heads stay tied.
 
         Why: as `nn.Linear` in bf16 the three products of one head took 15 ms at batch 4
         on a Zen 3 (aten's bf16 matmul, without bf16 instructions there, streams ~1 GB/s),
         a sixth of the int4 1.5B target's step for one drafted token."""
-        from specdec.models.linear import Linear
-        from specdec.models.quant import QUANTS, _quantized
+        from specdec.kernels.linear import Linear
+        from specdec.kernels.quant import QUANTS, _quantized
 
         if quant not in QUANTS:
             raise InvalidParameterError(f"quantization must be one of {', '.join(QUANTS)}")

@@ -1,7 +1,7 @@
 """Trained MLP speculator heads (IBM's combined token/embedding speculator) and their
 two-stage trainer. `model` holds the heads and their files; `train` the trainer."""
 
-from specdec.speculator.model import (
+from specdec.heads.mlp import (
     MLPSpeculator,
     SpeculatorConfig,
     build_speculator,

@@ -29,14 +29,18 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.models import kernel_tuning, native
-from specdec.models.kv_cache import KVCache
-from specdec.models.linear import BUCKETS, Linear, bucket_of
-from specdec.models.quant import PACKED_MAX_ROWS, Int4Linear, _q4_bias
-from specdec.models.transformer import Transformer
+from specdec.kernels import native, tuning
+from specdec.kernels.linear import BUCKETS, Linear, bucket_of
+from specdec.kernels.quant import PACKED_MAX_ROWS, Int4Linear, _q4_bias
+
+if TYPE_CHECKING:  # annotations only: the models are built on these kernels
+    from specdec.models.kv_cache import KVCache
+    from specdec.models.transformer import Transformer
+
 
 
 class DecodeStack:
@@ -155,7 +159,7 @@ def stack_key(model: Transformer) -> str:
     attention's shape and the projections' groups (their kind, shape, dtype, bias and
     int4 layout)."""
     cfg = model.config
-    groups = ", ".join(kernel_tuning.group_key(p) for p in _projections(model.layers[0]))
+    groups = ", ".join(tuning.group_key(p) for p in _projections(model.layers[0]))
     heads = f"{cfg.num_heads}/{cfg.num_kv_heads} heads x {cfg.head_dim}"
     return f"{cfg.num_layers} layers, {heads}: {groups}"
 
@@ -169,20 +173,20 @@ def tune_stack(model: Transformer, *, cache=None, retune: bool = False) -> dict 
     stack = model.decode_stack
     if stack is None:
         return None
-    cache = cache or kernel_tuning.kernel_cache()
+    cache = cache or tuning.kernel_cache()
     key = stack_key(model)
-    stored = {} if retune else kernel_tuning.stored_entries("stacks", cache=cache)
+    stored = {} if retune else tuning.stored_entries("stacks", cache=cache)
     entry = stored.get(key)
-    panels = kernel_tuning.panels_timed(stack.probe)  # a bf16 stack reads that layout
+    panels = tuning.panels_timed(stack.probe)  # a bf16 stack reads that layout
     if (
         entry is None
         or set(entry["plan"]) != {str(b) for b in STACK_BUCKETS}
         or entry.get("panels") != panels
     ):
-        kernel_tuning.announce("timing whole passes through the native decode stack", cache)
+        tuning.announce("timing whole passes through the native decode stack", cache)
         entry = {**_measure(model, stack), "panels": panels}
         stored[key] = entry
-        kernel_tuning.store(cache, "stacks", stored)
+        tuning.store(cache, "stacks", stored)
     stack.measured = {int(b): way == "stack" for b, way in entry["plan"].items()}
     return entry
 
@@ -191,7 +195,7 @@ def _measure(model: Transformer, stack: DecodeStack) -> dict:
     """{"plan": {bucket: "stack" | "eager"}, "seconds": {rows: {way: s}}}: each bucket
     timed at its fewest and its most rows (as the kernel plans are), the two ways taking
     turns so a neighbour's busy spell slows both alike; the fastest of `REPEATS`."""
-    ends = {b: sorted({kernel_tuning.lowest_rows(b), b}) for b in STACK_BUCKETS}
+    ends = {b: sorted({tuning.lowest_rows(b), b}) for b in STACK_BUCKETS}
     widths = sorted({r for rs in ends.values() for r in rs})
     cache = model.new_cache(1, CONTEXT + max(widths) + 1)
     cache.advance(torch.full((1,), CONTEXT, dtype=torch.long), slice(0, 1))

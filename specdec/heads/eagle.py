@@ -1,5 +1,5 @@
 """A feature-level draft head: one decoder layer over the target's own states (EAGLE, Li et
-al. 2024, arXiv:2401.15077), for where the MLP heads (`specdec.speculator.model`) plateau.
+al. 2024, arXiv:2401.15077), for where the MLP heads (`specdec.heads.mlp`) plateau.
 
 The MLP heads see one state, the target's at the last committed position, and must guess
 every later token from it. This head reads the target's states at *every* committed
@@ -43,8 +43,8 @@ from specdec.errors import (
     ModelIntegrityError,
     ModelNotFoundError,
 )
-from specdec.models.linear import Linear
-from specdec.speculator.model import _read, read_config, target_tables
+from specdec.heads.mlp import _read, read_config, target_tables
+from specdec.kernels.linear import Linear
 
 MODEL_TYPE = "specdec_eagle"
 ARCHITECTURE = "SpecdecEagleHead"
@@ -131,7 +131,7 @@ class EagleHead(nn.Module):
         to_draft[vocab_map.long()] = torch.arange(c.vocab_size)
         # target id -> draft id (N for ids outside the draft vocabulary), for training
         self.register_buffer("to_draft", to_draft, persistent=False)
-        # `Linear`s: F.linear until `kernel_tuning` gives them a plan (`for_drafting`)
+        # `Linear`s: F.linear until `tuning` gives them a plan (`for_drafting`)
         self.fc = Linear(2 * E, E)
         self.norm1 = nn.RMSNorm(E, eps=c.rms_norm_eps)
         self.q = Linear(E, c.num_heads * c.head_dim)
@@ -224,15 +224,15 @@ class EagleHead(nn.Module):
         """This head made cheap to draft with, in place, for inference only: q, k and v
         fused into one product (the target's own shape, so its measured kernel plan is
         shared), the vocabulary head as a layer, and with `quant` "int4" / "int8" every
-        projection in that format (`specdec.models.quant`; the head then drafts with those
+        projection in that format (`specdec.kernels.quant`; the head then drafts with those
         weights, which changes what it proposes, never what the target emits). Run
-        `kernel_tuning` over it afterwards (`LLM` does).
+        `tuning` over it afterwards (`LLM` does).
 
         `vocab_head`: the layer an earlier drafting form of a head on the same target
         tables made (its `vocab_head`, in the same `quant`), taken as it is. The table never
         trains, so a learner publishing every few steps need not quantize its 16K x E rows
         again (a third of the 1.0-1.1 s a publish took on the Qwen 1.5B's head)."""
-        from specdec.models.quant import QUANTS, _quantized
+        from specdec.kernels.quant import QUANTS, _quantized
 
         if quant not in QUANTS:
             raise InvalidParameterError(f"quantization must be one of {', '.join(QUANTS)}")

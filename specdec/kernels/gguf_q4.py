@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.models.quant import Q4Weights, q4_quantize
+from specdec.kernels.quant import Q4Weights, q4_quantize
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class StoredGGUFWeights:
     def __init__(self, path: Path, dtype: torch.dtype, root: Path | None = None) -> None:
         import hashlib
 
-        from specdec.models.registry import cache_root
+        from specdec.paths import cache_root
 
         self.gguf = Path(path)
         stat = self.gguf.stat()

