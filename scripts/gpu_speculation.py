@@ -292,7 +292,9 @@ def bars(result: dict) -> dict:
     ]
     return {
         "plain b1 >= 40% of bound": result.get("plain_b1_share_of_bound", 0) >= 0.40,
-        "head c <= 0.10 (b1, first draft token)": None if not b1 else b1["head"]["c_first"] <= 0.10,
+        "head c <= 0.10 (b1, first and later draft tokens)": None
+        if not b1
+        else max(b1["head"]["c_first"], b1["head"]["c_later"]) <= 0.10,
         "16-node tree verify <= 1.2x a 1-token pass": result["tree_verify"]["ratio"] <= 1.2,
         "timed b1 >= 1.8x (eagle-chat, fixed)": at_least(timed("1", "fixed"), 1.8),
         "timed b1 >= 1.8x (eagle-chat, auto)": at_least(timed("1", "auto"), 1.8),
@@ -440,6 +442,7 @@ def main(argv: list[str] | None = None) -> dict:
             for name in args.profiles
         }
         result["by_batch"][str(batch)] = figures
+        save(result, args.out)  # a call that runs out of time keeps the batches done
     b1 = result["by_batch"].get("1")
     if b1 is not None:
         result["plain_b1_share_of_bound"] = round(b1["plain_tok_s"] / bound, 4)
@@ -449,10 +452,14 @@ def main(argv: list[str] | None = None) -> dict:
     result["bars"] = bars(result)
     result["seconds"] = round(time.perf_counter() - started, 1)
     print("issue 64 bars:", json.dumps(result["bars"]), f"({result['seconds']} s)", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+    save(result, args.out)
     return result
+
+
+def save(result: dict, path: str | None) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,13 @@ log-probability over the draft vocabulary; each level keeps at most `n_candidate
 the tree. Offline, on the trainer's held-out chats, the trained eagle head's tokens per pass
 went from 1.76 (a chain of 3) to 2.08 with (3, 2, 1) and 2.16 with (4, 2, 1).
 
-With `static_passes` a chain's drafting step (the pending entries' feed and the n draft
-tokens) runs through `specdec.graphs.static_eagle.StaticEagle`: fixed-shape passes over
-preallocated buffers, bucketed by rows, entries, tokens and key span, captured as CUDA
-graphs on a GPU (`cuda_graphs`); eagerly over the same buffers on the CPU. A step that
-feeds more than n_predict + 1 entries per row (a prefill's catch-up), and trees, take the
-eager path. Off by default until its graphs are checked on a GPU (`LLM` does not ask).
+With `static_passes` a drafting step (the pending entries' feed, then the n draft tokens
+of a chain or the candidate tree) runs through `specdec.graphs.static_eagle.StaticEagle`:
+fixed-shape passes over preallocated buffers, bucketed by rows, entries, tokens and key
+span, captured as CUDA graphs on a GPU (`cuda_graphs`); eagerly over the same buffers on
+the CPU. A step that feeds more than n_predict + 1 entries per row (a prefill's catch-up)
+takes the eager path. Off by default until its graphs are checked on a GPU (`LLM` does
+not ask for it yet).
 
 With a `learner` (`specdec.training.online.OnlineLearner`) the drafter records its rows'
 kept states and tokens for it, reports how many drafts were kept, and drafts with the
@@ -55,7 +56,7 @@ import torch
 from specdec.acceptors import Draft
 from specdec.drafters.base import DrafterBase, PassStates
 from specdec.errors import InvalidParameterError
-from specdec.graphs.static_eagle import StaticEagle
+from specdec.graphs.static_eagle import StaticEagle, expand_tree, node_step
 from specdec.graphs.static_pass import use_static_passes
 from specdec.heads.eagle import EagleHead
 from specdec.heads.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
@@ -199,8 +200,8 @@ class EagleDrafter(DrafterBase):
             return Draft.empty(B, device)
         started = time.perf_counter()
         feed = [len(t) for t in self.pending_tokens]
-        if self.static_passes and self.tree is None and max(feed) <= self.n_predict + 1:
-            return self._propose_static(n)
+        if self.static_passes and max(feed) <= self.n_predict + 1:
+            return self._propose_static(n, params)
         state = self._feed_pending()  # [B, E] f^ after each row's newest true entry
         if max(feed) > 2:
             self.last_catch_up = (sum(max(0, f - 2) for f in feed), time.perf_counter() - started)
@@ -216,81 +217,48 @@ class EagleDrafter(DrafterBase):
         tokens = torch.stack(drafted, 1).cpu()  # [B, n]
         return Draft(tokens, None, torch.full((B,), n, dtype=torch.long))
 
-    def _propose_static(self, n: int) -> Draft:
-        """A chain through the fixed-shape passes: the same drafts as the eager path. The
-        feed is part of the step's one replay, so no catch-up is reported apart."""
+    def _propose_static(self, n: int, params) -> Draft | TreeDraft:
+        """A chain or a tree through the fixed-shape passes: the same drafts as the eager
+        path. The feed is part of the step's one replay, so no catch-up is reported apart."""
         if getattr(self._static, "head", None) is not self.head:  # new, or the learner's swap
             self._static = StaticEagle(
                 self.head, self.k, self.v, self.n_predict + 1, graphs=self.cuda_graphs
             )
         B = self.rows
-        tokens = self._static.propose(
-            self.pending_states, self.pending_tokens, self.lengths[:B].clone(), n
-        )  # [B, n]
+        start = self.lengths[:B].clone()
+        if self.tree is not None:
+            paths, scores = self._static.propose_tree(
+                self.pending_states, self.pending_tokens, start, self.tree[:n], self.n_candidates
+            )  # [B, P, n], [B, P]
+        else:
+            tokens = self._static.propose(
+                self.pending_states, self.pending_tokens, start, n
+            )  # [B, n]
         self.lengths[:B] += torch.tensor([len(t) for t in self.pending_tokens])
         for row in range(B):
             self.pending_states[row], self.pending_tokens[row] = [], []
+        if self.tree is not None:
+            return self._tree_draft(paths, scores, params)
         return Draft(tokens.cpu(), None, torch.full((B,), n, dtype=torch.long))
 
     def _propose_tree(self, state: torch.Tensor, topk: tuple[int, ...], params) -> TreeDraft:
         """The candidate tree of `topk` from each row's state `[B, E]` (see the module
-        docstring): levels expanded as a beam of at most `n_candidates` nodes per row."""
-        head, B = self.head, self.rows
-        logp = torch.log_softmax(head.logits(state).float(), -1)  # [B, N]
-        scores, index = logp.topk(topk[0], -1)  # [B, W]
-        paths = head.vocab_map[index][..., None]  # [B, W, 1] tokens
-        parents = state[:, None].expand(-1, topk[0], -1)  # [B, W, E]: each node's source
-        chain = None  # the ancestors' entries: keys and values [B, W, d, Hkv, D]
-        for depth, k in enumerate(topk[1:]):
-            W = paths.shape[1]
-            x = head.inputs(paths[:, :, -1], parents)  # [B, W, E]
-            node_state, chain = self._node_step(x, depth, chain)  # [B, W, E]
-            logp = torch.log_softmax(head.logits(node_state).float(), -1)  # [B, W, N]
-            top, index = logp.topk(k, -1)  # [B, W, k]
-            scores = (scores[:, :, None] + top).reshape(B, W * k)
-            paths = torch.cat(
-                [paths[:, :, None].expand(-1, -1, k, -1), head.vocab_map[index][..., None]], -1
-            ).reshape(B, W * k, depth + 2)
-            parents = node_state.repeat_interleave(k, 1)  # [B, W * k, E]
-            chain = tuple(c.repeat_interleave(k, 1) for c in chain)
-            if W * k > self.n_candidates:  # the beam: the best n_candidates nodes
-                scores, keep = scores.topk(self.n_candidates, -1)
-                paths = paths.gather(1, keep[..., None].expand(-1, -1, paths.shape[-1]))
-                parents = parents.gather(1, keep[..., None].expand(-1, -1, parents.shape[-1]))
-                chain = tuple(_gather_nodes(c, keep) for c in chain)
+        docstring): levels expanded as a beam of at most `n_candidates` nodes per row
+        (`specdec.graphs.static_eagle.expand_tree`, which the static passes run too)."""
+        B = self.rows
+        lengths = self.lengths[:B].to(state.device)
+        span = int(self.lengths[:B].max())
+
+        def step(x, depth, chain):
+            return node_step(self.head, self.k, self.v, x, depth, chain, lengths, span)
+
+        paths, scores = expand_tree(self.head, state, topk, self.n_candidates, step)
+        return self._tree_draft(paths, scores, params)
+
+    def _tree_draft(self, paths: torch.Tensor, scores: torch.Tensor, params) -> TreeDraft:
         return tree_draft(
-            paths.cpu(), scores.cpu(), params, self.n_candidates, self.sampled_tree, state.device
+            paths.cpu(), scores.cpu(), params, self.n_candidates, self.sampled_tree, paths.device
         )
-
-    def _node_step(self, x: torch.Tensor, depth: int, chain):
-        """Tree nodes' entries `x [B, W, E]` at position `lengths + depth`, each attending
-        to its row's true entries, its ancestors' entries (`chain`: keys and values
-        `[B, W, depth, Hkv, D]`, or None at depth 0) and itself. Returns the head's states
-        `[B, W, E]` and the chain with these entries appended."""
-        head, c = self.head, self.head.config
-        B, W, E = x.shape
-        lengths = self.lengths[:B].to(x.device)
-        positions = (lengths + depth)[:, None].expand(B, W).reshape(B * W, 1)
-        q, k, v = head.qkv(x.reshape(B * W, 1, E), positions)  # [BW, H, 1, D], [BW, Hkv, 1, D]
-        new_k = k[:, :, 0].reshape(B, W, 1, c.num_kv_heads, c.head_dim)
-        new_v = v[:, :, 0].reshape(B, W, 1, c.num_kv_heads, c.head_dim)
-        chain = (new_k, new_v) if chain is None else (
-            torch.cat([chain[0], new_k], 2), torch.cat([chain[1], new_v], 2)
-        )  # fmt: skip
-        span = int(lengths.max())
-        own = depth + 1
-
-        def keys(cache: torch.Tensor, mine: torch.Tensor) -> torch.Tensor:
-            shared = cache[:B, :, :span].repeat_interleave(W, 0)  # [BW, Hkv, span, D]
-            path = mine.reshape(B * W, own, c.num_kv_heads, c.head_dim).transpose(1, 2)
-            return torch.cat([shared, path], 2)  # [BW, Hkv, span + own, D]
-
-        seen = torch.arange(span + own, device=x.device)[None, :]
-        mask = (seen < lengths[:, None]) | (seen >= span)  # [B, span + own]
-        mask = mask.repeat_interleave(W, 0)[:, None, None]  # [BW, 1, 1, span + own]
-        out = head.attend(q, keys(self.k, chain[0]), keys(self.v, chain[1]), mask=mask)
-        state = head.after_attention(x.reshape(B * W, 1, E), out)  # [BW, 1, S]
-        return state.reshape(B, W, -1), chain
 
     def _feed_pending(self) -> torch.Tensor:
         """One ragged pass over every row's pending entries; `[B, E]` the head's state
@@ -389,10 +357,3 @@ class EagleDrafter(DrafterBase):
         else:
             self.pending_states[row], self.pending_tokens[row] = [], []
             self.history[row] = []
-
-
-def _gather_nodes(entries: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """`entries [B, W, ...]` at node indices `keep [B, W']`."""
-    shape = keep.shape + entries.shape[2:]
-    index = keep.reshape(*keep.shape, *([1] * (entries.dim() - 2))).expand(shape)
-    return entries.gather(1, index)

@@ -5,14 +5,17 @@ check (skipped there; tests/unit/test_static_eagle.py runs the same buffers eage
 fp32 with TF32 off, greedy: with the target's passes and the head's steps replayed as
 graphs, every proposal of the head equals the eager head's (target and head eager),
 token for token, with rows joining and leaving and windows of every length; the run's
-output is plain greedy; the drafter's realised acceptance follows its profile.
+output is plain greedy; the drafter's realised acceptance follows its profile. Sampling
+with the head's graphs passes the chi-square test against plain sampling.
 
 Run on a GPU machine: `pytest tests/gpu/test_eagle_graphs.py`.
 """
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from specdec.acceptors import RejectionSampler
 from specdec.bench.timing_drafter import (
     AcceptanceControlledDrafter,
     profile_chi_square,
@@ -26,6 +29,7 @@ from specdec.heads.eagle import build_eagle
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
 from specdec.params import SamplingParams
+from specdec.training.stages import TargetStates
 
 from tiny import hf_tiny, staggered
 
@@ -124,3 +128,123 @@ def test_timing_drafter_follows_its_profile_with_graphs(setup, tokenizer):
     assert reached[0] > 40
     # chi-square, 4 degrees of freedom at P = 0.001
     assert profile_chi_square(reached, kept, profile)[0] < 18.47
+
+
+TREE = (2, 2, 1)
+
+
+def trees(setup, tokenizer, graphs: bool, max_batch: int):
+    """(paths, scores) of every candidate tree a tree drafter proposed, the engine
+    verifying them, and the head's replays."""
+    target, head, prompts, params, records = setup
+    proposed, drafters = [], []
+    tree_draft = EagleDrafter._tree_draft
+
+    def recorded(self, paths, scores, p):
+        proposed.append((paths.tolist(), scores))
+        return tree_draft(self, paths, scores, p)
+
+    def factory(rows, length):
+        drafters.append(
+            EagleDrafter(head, rows, length, TREE, 3, static_passes=graphs, cuda_graphs=graphs)
+        )
+        return drafters[-1]
+
+    engine = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=max_batch,
+        drafter_factory=factory,
+        window=CycledWindow(),
+        max_tree_nodes=EagleDrafter(head, 1, 8, TREE, 3).max_nodes,
+        static_passes=graphs,
+        cuda_graphs=graphs,
+    )
+    EagleDrafter._tree_draft = recorded
+    try:
+        seqs = staggered(engine, prompts, [params] * len(prompts))
+    finally:
+        EagleDrafter._tree_draft = tree_draft
+    assert [s.output_ids for s in seqs] == list(records.values())
+    replays = [r for d in drafters if d._static is not None for r in d._static._passes.values()]
+    return proposed, replays
+
+
+@pytest.mark.parametrize("max_batch", [2, 5])
+def test_head_tree_graph_replay_equals_eager(setup, tokenizer, max_batch):
+    eager, _ = trees(setup, tokenizer, False, max_batch)
+    replayed, replays = trees(setup, tokenizer, True, max_batch)
+    assert replays and all(replay.graph is not None for replay in replays)
+    assert len(replayed) == len(eager) > 20
+    for (paths, scores), (want_paths, want_scores) in zip(replayed, eager, strict=True):
+        assert paths == want_paths
+        torch.testing.assert_close(scores, want_scores)
+
+
+def test_speculative_sampling_distribution_with_head_graphs(tokenizer):
+    """The end-to-end chi-square homogeneity test of tests/statistical with the eagle
+    head drafting through its graphs (and the target's passes replayed): sampling with
+    its greedy drafts is sampling from the target. The head is `build_eagle`'s start
+    (near the identity on the state), whose first drafts the sharpened target often
+    keeps."""
+    from statistical import test_end_to_end_distribution as e2e
+
+    hf = e2e.sharp_tiny()
+    target = build_transformer(
+        ModelConfig.from_hf_dict(hf.config.to_dict()), hf.state_dict(), torch.float32, CUDA
+    )
+    case = e2e.CASES["top-k 3, 4 tokens"]
+    opts = {"static_passes": True, "cuda_graphs": True}
+    greedy = SamplingParams(temperature=0, max_tokens=case["max_tokens"], ignore_eos=True)
+    reference = Engine(target, tokenizer, frozenset(), cuda_graphs=False)
+    head = fitted_head(target, e2e.PROMPT + reference.generate([e2e.PROMPT], greedy)[0].token_ids)
+    plain = e2e.sequences(
+        Engine(target, tokenizer, frozenset(), max_batch=e2e.MAX_BATCH, **opts), case, 0
+    )
+    drafters = []
+
+    def factory(rows, length):
+        drafters.append(EagleDrafter(head, rows, length, **opts))
+        return drafters[-1]
+
+    spec_engine = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=e2e.MAX_BATCH,
+        drafter_factory=factory,
+        acceptor=RejectionSampler(),
+        window=FixedWindow(3),
+        **opts,
+    )
+    spec = e2e.sequences(spec_engine, case, e2e.N)
+    replays = [r for d in drafters if d._static is not None for r in d._static._passes.values()]
+    assert replays and all(replay.graph is not None for replay in replays)
+    value = e2e.homogeneity(plain, spec)
+    print(f"p = {value:.3g}", f"acceptance {spec['acceptance']:.3f}")
+    assert value > e2e.PASS
+    assert spec["acceptance"] > 0.1
+
+
+def fitted_head(target, sequence: list[int], steps: int = 60):
+    """An eagle head fitted (teacher-forced, two draft steps) to the target's choices
+    along one sequence."""
+    torch.manual_seed(0)
+    head = build_eagle(target, intermediate_size=64, n_predict=3).to(CUDA)
+    tokens = torch.tensor([sequence], device=CUDA)
+    feats = TargetStates(target)(tokens)  # [1, L, E]
+    labels = target.lm_head(feats).argmax(-1)[0]  # the target's choice after each
+    T = tokens.shape[1] - 1
+    positions = torch.arange(T, device=CUDA)[None]
+    opt = torch.optim.Adam([p for p in head.parameters() if p.requires_grad], lr=3e-3)
+    for _ in range(steps):
+        preds = head.unrolled(tokens[:, 1:], feats[:, :-1], positions, 2)
+        loss = sum(
+            F.cross_entropy(head.logits(p[0, step:]), labels[step + 1 :])
+            for step, p in enumerate(preds)
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return head.eval().requires_grad_(False)

@@ -88,9 +88,10 @@ def test_static_drafting_equals_eager_in_an_engine(setup, tokenizer, max_batch):
     static, drafters, buckets = drafts_in_engine(setup, tokenizer, True, max_batch)
     assert none is None and len(static) == len(eager) > 20 and drafters > 1
     assert static == eager
-    rows = {r for r, _, _, _ in buckets}
-    entries = {t for _, t, _, _ in buckets}
-    assert entries >= {2, 4, 5} and {n for _, _, n, _ in buckets} >= {1, 2, 3, 4}
+    assert {kind for kind, *_ in buckets} == {"chain"}
+    rows = {r for _, r, _, _, _ in buckets}
+    entries = {t for _, _, t, _, _ in buckets}
+    assert entries >= {2, 4, 5} and {n for *_, n, _ in buckets} >= {1, 2, 3, 4}
     assert rows == ({1, 2, 3} if max_batch == 3 else {1, 4})  # (the row buckets it met)
 
 
@@ -135,7 +136,8 @@ def test_padding_rows_and_entries_change_nothing(setup):
     *static_drafts, static = out[1]
     for got, want in zip(static_drafts, eager_drafts, strict=True):
         assert torch.equal(got, want)
-    assert set(static._static._passes) == {(2, 4, K, 40), (2, 4, 3, 40), (2, 1, 2, 40)}
+    want = {("chain", 2, 4, K, 40), ("chain", 2, 4, 3, 40), ("chain", 2, 1, 2, 40)}
+    assert set(static._static._passes) == want
     assert torch.equal(static.lengths, eager.lengths)
     for row, n in enumerate(eager.lengths[:2].tolist()):  # the true entries
         torch.testing.assert_close(static.k[row, :, :n], eager.k[row, :, :n])
@@ -147,3 +149,52 @@ def test_graphs_need_a_cuda_device(setup):
     k = torch.zeros(2, 2, 9, 16)
     with pytest.raises(ValueError, match="CUDA"):
         StaticEagle(head, k, k.clone(), 3, graphs=True)
+
+
+TREE = (2, 2, 1)
+
+
+def trees_in_engine(setup, tokenizer, static: bool, max_batch: int):
+    """Every candidate tree's (paths, scores) a tree drafter proposed in a staggered run
+    verified by the engine, and the kinds of static passes it ran."""
+    target, head, prompts, params, records = setup
+    trees, drafters = [], []
+    tree_draft = EagleDrafter._tree_draft
+
+    def recorded(self, paths, scores, p):
+        trees.append((paths.tolist(), scores))
+        return tree_draft(self, paths, scores, p)
+
+    def factory(rows, length):
+        drafters.append(EagleDrafter(head, rows, length, TREE, 3, static_passes=static))
+        return drafters[-1]
+
+    engine = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=max_batch,
+        drafter_factory=factory,
+        window=CycledWindow(),
+        max_tree_nodes=EagleDrafter(head, 1, 8, TREE, 3).max_nodes,
+    )
+    EagleDrafter._tree_draft = recorded
+    try:
+        seqs = staggered(engine, prompts, [params] * len(prompts))
+    finally:
+        EagleDrafter._tree_draft = tree_draft
+    assert [s.output_ids for s in seqs] == list(records.values())
+    return trees, {key[0] for d in drafters if d._static for key in d._static._passes}
+
+
+@pytest.mark.parametrize("max_batch", [2, 5])
+def test_static_trees_equal_eager_trees_in_an_engine(setup, tokenizer, max_batch):
+    """A tree drafter (top-2, 2, 1 with a beam of 3) verified by the engine: every
+    candidate path and its score as the eager drafter's, output plain greedy."""
+    eager, none = trees_in_engine(setup, tokenizer, False, max_batch)
+    static, kinds = trees_in_engine(setup, tokenizer, True, max_batch)
+    assert not none and kinds == {("tree", TREE[:n], 3) for n in (1, 2, 3)}
+    assert len(static) == len(eager) > 20
+    for (paths, scores), (want_paths, want_scores) in zip(static, eager, strict=True):
+        assert paths == want_paths
+        torch.testing.assert_close(scores, want_scores)
