@@ -7,7 +7,7 @@ TARGET ?= qwen2.5-coder-1.5b-instruct
 DRAFT ?= qwen2.5-coder-0.5b-instruct
 DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number, with a docstring.
 
-.PHONY: venv demo serve bench-serve test test-slow test-gpu test-ui lint bench bench-quick bench-plain clean
+.PHONY: venv demo serve bench-serve test test-slow test-gpu test-ui lint docs bench bench-quick bench-plain clean
 
 venv: $(STAMP)
 
@@ -59,10 +59,16 @@ test-gpu: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check specdec tests scripts examples
 
+# The documentation site (mkdocs.yml, docs/) into site/: the CLI reference regenerated from
+# the parsers, then a strict build (a warning fails it, as in the test suite).
+docs: $(STAMP)
+	$(PY) scripts/gen_cli_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench-plain: $(STAMP)
 	$(PY) scripts/bench_plain.py
 
-# The benchmark suite (docs/BENCHMARKS.md): resumable, results in bench-out/<preset>/.
+# The benchmark suite (docs/guide/benchmarking.md): resumable, results in bench-out/<preset>/.
 # Narrow or extend the sweep with BENCH_ARGS, e.g. BENCH_ARGS="--batches 1,4 --no-peers".
 bench: $(STAMP)
 	$(VENV)/bin/specdec bench --out bench-out/full $(BENCH_ARGS)
@@ -71,4 +77,4 @@ bench-quick: $(STAMP)
 	$(VENV)/bin/specdec bench --quick --out bench-out/quick $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache site

@@ -8,7 +8,7 @@ ones do), it prints:
 - the verify-cost curve v(k) = a pass of k+1 tokens over a 1-token pass, k = 0..8, batch 1;
 - the draft step cost c = one 0.5B-shape token over one 1.5B-shape token;
 - the default pair's predicted speedup on code: `specdec.cost_model` with these costs
-  and the acceptance by position measured on the CPU (docs/BENCHMARKS.md, code prompts);
+  and the acceptance by position measured on the CPU (code prompts);
 - the HBM bandwidth bound: weight bytes per decode token / measured device-to-device
   copy bandwidth (bytes read + written per second), and plain batch 1 as a share of it;
 - transformers `generate` on the same shapes and weights with its static cache and
@@ -74,7 +74,7 @@ _TINY = {
 QUICK_TARGET = _TINY | {"num_hidden_layers": 2}
 QUICK_DRAFT = _TINY | {"num_hidden_layers": 1}
 
-# docs/BENCHMARKS.md, "Speculative decoding at batch 1: the default pair", code prompts:
+# The default pair on the bench's code prompts (a CPU run; docs/benchmarks.md):
 # the fraction of drafts whose i-th token was kept, draft k = 8 (measured on the CPU).
 CODE_ACCEPTANCE = (0.96, 0.90, 0.83, 0.79, 0.76, 0.73, 0.70, 0.68)
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -240,7 +240,7 @@ def bars(result: dict) -> dict:
 # The modes measured: (result key, CUDA graphs, the models' `layer_stack`). "graphs_on"
 # is what the engine runs by default (the faster of the model's layers and the fused ones,
 # raced at the first capture); "graphs_on_eager_layers" is graphs with the model's own
-# layers only (stop 39's engine).
+# layers only (the engine before the compiled layer stack).
 MODES = (
     ("graphs_on", True, None),
     ("graphs_on_eager_layers", True, "eager"),

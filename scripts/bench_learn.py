@@ -8,7 +8,7 @@ The stream is the tail of the speculator trainer's own seed-0 order of ShareGPT
 conversations (`train.Corpus` over `sharegpt`, shuffled with `TrainConfig.seed`): the
 trainer takes its held-out prompts from the head of that order and its documents from
 there on, so a run that trained on fewer than `len(corpus) - requests` documents (every
-run in docs/BENCHMARKS.md: 240 and 50) never saw a request of the stream.
+run measured for docs/benchmarks.md: 240 and 50) never saw a request of the stream.
 
 Modes (`--mode`):
   learn   the heads learn from the stream and are swapped in as they improve;

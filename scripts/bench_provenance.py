@@ -6,7 +6,7 @@ Replays what `_stream` does for one choice over a real text and a real tokenizer
 of 1-5 tokens (as speculation emits them): the incremental detokenizer and the chunk's JSON
 alone (what every stream pays), then with the provenance tracker and its records. Prints
 microseconds per token for both and the bytes per token on the wire. End-to-end
-throughput is `specdec bench-serve --provenance off,on` (docs/BENCHMARKS.md); this isolates
+throughput is `specdec bench-serve --provenance off,on` (docs/guide/serving.md); this isolates
 the part that option adds, which a busy 2-core machine cannot resolve to a few percent.
 """
 

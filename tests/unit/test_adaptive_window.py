@@ -95,7 +95,7 @@ def test_a_falling_curve_is_read_as_its_rising_envelope():
 
 
 # The int4 Qwen 1.5B's projection seconds per pass width (`projection_seconds`, Xeon AMX,
-# stop 41), over its one-row pass: flat to 4 rows, compute-bound past them, and noisy (64
+# 2026-11-26), over its one-row pass: flat to 4 rows, compute-bound past them, and noisy (64
 # rows below 32).
 INT4_PLANS = {1: 1.0, 2: 0.949, 4: 0.975, 8: 1.302, 16: 2.425, 32: 4.101, 64: 3.889, 256: 9.88}
 
@@ -650,7 +650,7 @@ def test_a_look_refused_at_every_request_is_taken_from_the_plain_steps_spent(a, 
     assert serve_lazy(_planned_window, a=a, requests=4, **SHORT_REQUESTS) == pytest.approx(plain)
 
 
-# The int4 pair on 1024-token prompts, after the AMX Xeon (stop 35): a plain step 43 ms,
+# The int4 pair on 1024-token prompts, on the AMX Xeon (2026-11-25): a plain step 43 ms,
 # the prefill 2.4 ms a prompt token (0.055 steps), a draft step 0.37 of a plain step, a
 # 3-token verify pass 1.37 plain steps at that context. The draft's catch-up is taken a
 # little cheaper than there (0.35 of the target's prefill a token; priced at 0.42 and paid

@@ -22,8 +22,8 @@ def test_quick_cpu_run_reports_every_figure(tmp_path, script):
 
 
 def test_default_pair_shapes_are_the_published_configs(script):
-    """The 1.5B shape reads the 3.09 GB of bf16 weights per token docs/BENCHMARKS.md
-    counts; the 0.5B is the default draft's shape."""
+    """The 1.5B shape reads the 3.09 GB of bf16 weights per token docs/benchmarks.md
+    counts (the H200 section); the 0.5B is the default draft's shape."""
     from specdec.doctor import decode_bytes
     from specdec.models.config import ModelConfig
 

@@ -149,7 +149,7 @@ def test_derive_without_a_plain_row_or_costs():
 
 def test_a_verify_curve_of_one_width_predicts_nothing():
     """`--curve-ks 0` times a plain step alone: read as a flat curve it would price every
-    window as cheap as a plain step (the Xeon sweep of stop 56: 1.86x predicted, 1.11x
+    window as cheap as a plain step (the Xeon sweep of 2026-11-28: 1.86x predicted, 1.11x
     measured). No prediction is made, and the report says why instead of failing it."""
     from specdec.bench.report import checks
 

@@ -1,19 +1,47 @@
-"""The README's Python API example runs (on a tiny model here; verbatim in the slow tier)."""
+"""The README keeps its promises: its Python example runs (on a tiny model here; verbatim in
+the slow tier), every `specdec` command it quotes parses with the CLI's own parser, every
+`make` target it names exists, and it stays short."""
 
 import re
 from pathlib import Path
 
 import pytest
 
+from quoted import assert_parses, specdec_commands
 from tiny import hf_tiny, tiny_tokenizer
 
-README = Path(__file__).parents[2] / "README.md"
+ROOT = Path(__file__).parents[2]
+README = ROOT / "README.md"
 
 
 def readme_api_example() -> str:
     text = README.read_text()
-    section = text[text.index("## Python API") :]
+    section = text[text.index("## Quick start") :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_readme_commands_parse(capsys):
+    commands = specdec_commands(README.read_text())
+    assert len(commands) >= 5, commands  # generate, serve and the results table's benches
+    for argv in commands:
+        assert_parses(argv, "README.md")
+    capsys.readouterr()
+
+
+def test_a_broken_command_is_caught():
+    with pytest.raises(AssertionError, match="does not parse"):
+        assert_parses(["generate", "--no-such-flag", "x"], "here")
+
+
+def test_readme_make_targets_exist():
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
+    named = set(re.findall(r"\bmake ([a-z][\w-]*)", README.read_text()))
+    assert named and named <= targets, named - targets
+
+
+def test_readme_is_short():
+    assert len(README.read_text().splitlines()) <= 200
 
 
 def test_readme_example_runs_on_a_tiny_model(tmp_path, capsys):
@@ -21,7 +49,6 @@ def test_readme_example_runs_on_a_tiny_model(tmp_path, capsys):
     for path, seed in ((target, 0), (draft, 1)):
         hf_tiny("qwen2", seed=seed).save_pretrained(path)
         tiny_tokenizer().save_pretrained(path)
-    tiny_tokenizer().save_pretrained(target)
     code = readme_api_example()
     code = code.replace('"qwen2.5-coder-1.5b-instruct"', repr(str(target)))
     code = code.replace('"qwen2.5-coder-0.5b-instruct"', repr(str(draft)))
