@@ -95,9 +95,10 @@ def test_no_run_labels():
     label = re.compile(r"\b" + "stop" + r"s? [0-9]+", re.I)
     places = [ROOT / "README.md", *DOCS.rglob("*"), *(ROOT / "scripts").rglob("*.py")]
     places += [*(ROOT / "tests").rglob("*.py"), *(ROOT / "examples").rglob("*")]
+    places += [*(ROOT / "specdec").rglob("*.py"), *(ROOT / "specdec").rglob("*.h")]
     found = []
     for path in places:
-        if path.is_file() and path.suffix in (".md", ".py", ".csv", ".json", ".log", ".sh"):
+        if path.is_file() and path.suffix in (".md", ".py", ".csv", ".json", ".log", ".sh", ".h"):
             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
                 if label.search(line):
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:80]}")
