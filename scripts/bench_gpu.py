@@ -33,12 +33,12 @@ import torch
 
 from specdec.bench.costs import forward_seconds
 from specdec.config import SamplingParams
-from specdec.cost_model import CostModel, conditional_acceptance, predict_speedup
 from specdec.doctor import decode_bytes
 from specdec.engine import Engine
 from specdec.models.config import ModelConfig
 from specdec.models.kernel_tuning import cpu_info
 from specdec.models.loading import build_transformer
+from specdec.window import CostModel, conditional_acceptance, predict_speedup
 
 _QWEN = {
     "architectures": ["Qwen2ForCausalLM"],

@@ -24,8 +24,6 @@ import torch
 
 from specdec.acceptors import ACCEPTORS, TokenAcceptor
 from specdec.config import SamplingParams
-from specdec.cost_cache import cost_file, load_acceptance, load_costs, save_costs
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.distributed import (
     check_tp_split,
     init_tensor_parallel,
@@ -58,6 +56,8 @@ from specdec.models.static_pass import use_static_passes
 from specdec.speculator.eagle import is_eagle_dir, load_eagle
 from specdec.speculator.model import is_speculator_dir, load_speculator
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
+from specdec.window import AdaptiveWindow, FixedWindow
+from specdec.window.cache import cost_file, load_acceptance, load_costs, save_costs
 
 log = logging.getLogger(__name__)
 
@@ -374,7 +374,7 @@ class LLM:
 
     def save_costs(self) -> None:
         """Store `auto`'s measured costs for the next process on this machine and set-up
-        (`specdec.cost_cache`); called after each `generate` and at exit."""
+        (`specdec.window.cache`); called after each `generate` and at exit."""
         if self._costs_file is not None:
             window = self.engine.window
             save_costs(self._costs_file, window.costs, self._costs_setup, window.acceptance_state())

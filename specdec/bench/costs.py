@@ -21,10 +21,10 @@ import torch
 
 from specdec.acceptors import Draft, RejectionSampler
 from specdec.config import SamplingParams
-from specdec.cost_model import CostModel
 from specdec.models.static_pass import StaticPasses, use_static_passes
 from specdec.sampling import make_generator, param_tensors, probs_from_logits, request_probs, sample
 from specdec.speculator.eagle import EagleHead
+from specdec.window import CostModel
 
 WARMUP = 2  # unmeasured passes first: the first calls of a shape are slower
 

@@ -46,14 +46,14 @@ from types import SimpleNamespace
 import torch
 
 from specdec.acceptors import Draft
-from specdec.drafters.base import DrafterBase, PassStates
+from specdec.drafters.base import PassStates
 from specdec.errors import InvalidParameterError
 from specdec.models.prefix_cache import PrefixCache
 from specdec.speculator.eagle import EagleHead
 from specdec.speculator.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
 
 
-class EagleDrafter(DrafterBase):
+class EagleDrafter:
     def __init__(
         self,
         head: EagleHead,
@@ -90,12 +90,16 @@ class EagleDrafter(DrafterBase):
         self.pending_tokens: list[list[int]] = []  # the token after each pending state
         # (entries, seconds) of the latest step's catch-up (entries beyond two per row),
         # which the engine takes out of the step's draft time. Unlike a draft model's it
-        # is not priced before starting (no `catch_up_tokens`): all but each row's newest
+        # is not priced before starting (`catch_up_tokens` is 0): all but each row's newest
         # entry need only their keys and values, a few percent of the layer.
         self.last_catch_up: tuple[int, float] = (0, 0.0)
         self.history: list[list[int]] = []  # each row's committed tokens
         self.admitted: list[bool] = []  # rows whose prefill's states have not come yet
         self.store: PrefixCache | None = None  # the target's states of recent prompts
+
+    def catch_up_tokens(self) -> int:
+        """A catch-up too cheap to price before starting (see `last_catch_up`)."""
+        return 0
 
     def use_prefix_cache(self, store: PrefixCache) -> None:
         self.store = store

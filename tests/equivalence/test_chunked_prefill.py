@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from specdec.config import SamplingParams
-from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import PREFILL_CHUNK_CPU, Engine, resolve_prefill_chunk
 from specdec.errors import InvalidParameterError
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 

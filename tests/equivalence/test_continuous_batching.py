@@ -5,10 +5,10 @@ import pytest
 
 from specdec.acceptors import RejectionSampler
 from specdec.config import SamplingParams
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import Engine
 from specdec.errors import ContextLengthError
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 

@@ -8,9 +8,9 @@ import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from specdec.config import SamplingParams
-from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.models.prefix_cache import PrefixCache
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 

@@ -16,12 +16,12 @@ import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
-from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.speculator import SpeculatorConfig
 from specdec.speculator.train import TargetStates
 from specdec.speculator.tree import TreeDraft
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, plain_greedy_references
 

@@ -16,7 +16,6 @@ import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, EagleDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.models.config import ModelConfig
@@ -24,6 +23,7 @@ from specdec.models.loading import build_transformer
 from specdec.speculator import SpeculatorConfig
 from specdec.speculator.eagle import build_eagle
 from specdec.speculator.model import MLPSpeculator
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

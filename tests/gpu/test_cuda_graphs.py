@@ -19,7 +19,6 @@ import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.config import SamplingParams
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.models.config import ModelConfig
@@ -27,6 +26,7 @@ from specdec.models.loading import build_transformer
 from specdec.models.static_pass import StaticPasses
 from specdec.speculator import SpeculatorConfig
 from specdec.speculator.model import MLPSpeculator
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, staggered
 

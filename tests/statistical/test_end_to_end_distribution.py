@@ -22,10 +22,10 @@ from scipy.stats import chi2_contingency
 
 from specdec.acceptors import Draft, RejectionSampler, Verdict
 from specdec.config import SamplingParams
-from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.drafters.draft_vocab import prune_vocab_head
 from specdec.engine import Engine
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

@@ -6,13 +6,13 @@ import torch
 
 from specdec.acceptors import GreedyAcceptor
 from specdec.config import SamplingParams
-from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.models import native
 from specdec.models.decode_stack import DecodeStack
 from specdec.models.linear import BUCKETS, Linear
 from specdec.models.quant import quantize
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

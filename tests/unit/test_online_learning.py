@@ -10,13 +10,13 @@ import torch
 
 from specdec.acceptors import GreedyAcceptor
 from specdec.config import SamplingParams
-from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
 from specdec.speculator import build_speculator, load_speculator
 from specdec.speculator.online import LearnConfig, OnlineLearner, TrafficBuffer
 from specdec.speculator.train import TargetStates
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

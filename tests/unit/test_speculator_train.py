@@ -13,12 +13,12 @@ import specdec.speculator.train as train_mod
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.cli import main
 from specdec.config import SamplingParams
-from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
 from specdec.speculator import load_speculator
 from specdec.speculator.train import Corpus, SpeculatorTrainer, TargetStates, TrainConfig
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer
 
