@@ -43,8 +43,8 @@ def main() -> None:
     from specdec import LLM, SamplingParams
     from specdec.bench.peers import hf_greedy
     from specdec.doctor import decode_bytes, read_bandwidth_gbs
-    from specdec.models.config import ModelConfig
     from specdec.hub import cache_root
+    from specdec.models.config import ModelConfig
 
     torch.set_num_threads(args.threads)
     directory = cache_root() / "models" / args.model / "bf16"

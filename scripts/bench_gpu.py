@@ -7,7 +7,7 @@ ones do), it prints:
 - plain decoding tokens/s (decode phase, prefill excluded) at batch 1, 8 and 32;
 - the verify-cost curve v(k) = a pass of k+1 tokens over a 1-token pass, k = 0..8, batch 1;
 - the draft step cost c = one 0.5B-shape token over one 1.5B-shape token;
-- the default pair's predicted speedup on code: `specdec.cost_model` with these costs
+- the default pair's predicted speedup on code: `specdec.window` with these costs
   and the acceptance by position measured on the CPU (code prompts);
 - the HBM bandwidth bound: weight bytes per decode token / measured device-to-device
   copy bandwidth (bytes read + written per second), and plain batch 1 as a share of it;
@@ -32,13 +32,13 @@ import time
 import torch
 
 from specdec.bench.costs import forward_seconds
-from specdec.cost_model import CostModel, conditional_acceptance, predict_speedup
 from specdec.doctor import decode_bytes
 from specdec.engine import Engine
 from specdec.kernels.tuning import cpu_info
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
 from specdec.params import SamplingParams
+from specdec.window import CostModel, conditional_acceptance, predict_speedup
 
 _QWEN = {
     "architectures": ["Qwen2ForCausalLM"],
@@ -179,7 +179,7 @@ def pass_costs(target, draft, args, graphs: bool) -> dict:
 
 def predicted_speedups(costs: dict) -> dict:
     """The default pair's predicted speedup on code at each k and the best k, from the
-    measured pass costs and CODE_ACCEPTANCE (`specdec.cost_model`, as `auto` plans)."""
+    measured pass costs and CODE_ACCEPTANCE (`specdec.window`, as `auto` plans)."""
     model = CostModel.measured(1, costs["verify_s"], costs["draft_s"])
     alpha = conditional_acceptance(list(CODE_ACCEPTANCE))
     by_k = {k: round(predict_speedup(model, 1, alpha, k) or 0.0, 3) for k in range(1, 9)}

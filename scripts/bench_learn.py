@@ -202,11 +202,11 @@ def replay(args) -> None:
 def measure_cost(args) -> None:
     """The three engines of `--mode cost` on one loaded target, each request on each of
     them in a rotating order (so none always runs first), logged as wall seconds each."""
-    from specdec.cost_model import FixedWindow
     from specdec.drafters import SpeculatorDrafter
     from specdec.engine import Engine
     from specdec.llm import build_acceptor
     from specdec.training.online import OnlineLearner
+    from specdec.window import FixedWindow
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -50,13 +50,6 @@ from specdec.bench.timing_drafter import (  # noqa: E402
     realised_acceptance,
     records_from,
 )
-from specdec.cost_model import (  # noqa: E402
-    AdaptiveWindow,
-    CostModel,
-    FixedWindow,
-    expected_tokens,
-    predict_speedup,
-)
 from specdec.doctor import decode_bytes  # noqa: E402
 from specdec.drafters.base import PassStates  # noqa: E402
 from specdec.drafters.eagle import EagleDrafter  # noqa: E402
@@ -65,6 +58,13 @@ from specdec.graphs.static_pass import StaticPasses, capture_seconds  # noqa: E4
 from specdec.heads.eagle import build_eagle  # noqa: E402
 from specdec.kernels.tuning import cpu_info  # noqa: E402
 from specdec.params import SamplingParams  # noqa: E402
+from specdec.window import (  # noqa: E402
+    AdaptiveWindow,
+    CostModel,
+    FixedWindow,
+    expected_tokens,
+    predict_speedup,
+)
 
 WARMUP = 2  # untimed calls before each timing
 

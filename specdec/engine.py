@@ -20,13 +20,11 @@ from typing import TypeVar
 import torch
 
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcceptor, Verdict
-from specdec.cost_model import AdaptiveWindow, FixedWindow, relative_cost
-from specdec.drafters.base import Drafter, PassStates
+from specdec.drafters.base import Drafter, DrafterPowers, PassStates, UsesPrefixCache
 from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.grammar import GrammarCompiler
 from specdec.graphs.static_pass import StaticPasses, capture_seconds, use_static_passes
 from specdec.heads.tree import TreeDraft, TreeWalkSampler
-from specdec.kernels.tuning import projection_seconds
 from specdec.logprobs import TokenLogprob, offer_logprobs
 from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
@@ -35,7 +33,9 @@ from specdec.params import SamplingParams
 from specdec.processors import RequestProcessor, chain_paths, process_logits, tree_paths
 from specdec.sampling import make_generator, request_probs
 from specdec.stats import SpecStats
+from specdec.step_record import Batch, StepRecord
 from specdec.tokenization import StopChecker
+from specdec.window import FixedWindow, PricesModels, Window
 
 
 @dataclass
@@ -173,7 +173,7 @@ class Engine:
         max_batch: int = 8,
         drafter_factory=None,
         acceptor: TokenAcceptor | None = None,
-        window: FixedWindow | AdaptiveWindow | None = None,
+        window: Window | None = None,
         max_len: int | None = None,
         max_tree_nodes: int = 0,
         tree_acceptor=None,
@@ -237,10 +237,12 @@ class Engine:
         self.live: list[LiveSequence] = []  # live[i] owns cache row i (and drafter row i)
         self.waiting: deque[LiveSequence] = deque()
         # Inside `generate`: the caller waits for every request, so once none waits the
-        # batch is done when its longest row is (see `_judged_rows`).
+        # batch is done when its longest row is (`StepRecord.whole_batch`).
         self._one_job = False
         self._cache: KVCache | None = None
         self._drafter: Drafter | None = None
+        self._powers = DrafterPowers.of(None)  # the drafter's optional powers
+        self._pricer = self.window if isinstance(self.window, PricesModels) else None
         self.last_window = 0  # k of the latest step, for monitoring
         self.static_passes, self.cuda_graphs = use_static_passes(
             model.device, static_passes, cuda_graphs
@@ -423,16 +425,16 @@ class Engine:
         touched = list(self.live)
         self._step(self.live, self._cache, self._drafter)
         self._drop_finished()
-        if self._drafter is not None:  # after the step's timings: not a cost `auto` prices
-            self._drafter.between_steps()
+        if self._powers.learns is not None:  # after the step's timings: not a cost to price
+            self._powers.learns.between_steps()
         return touched
 
     def idle_work(self) -> bool:
         """Nothing to serve: let the drafter use the time (a learner trains one
         micro-batch). Returns whether it did anything; a server's loop asks while idle."""
-        if self.has_work or self._drafter is None:
+        if self.has_work or self._powers.learns is None:
             return False
-        return self._drafter.between_steps(idle=True)
+        return self._powers.learns.between_steps(idle=True)
 
     def _admission(self, caller_time: bool) -> Generator[None, None, list[LiveSequence]]:
         """Move waiting requests (FIFO) into free rows and prefill them. A request that
@@ -454,6 +456,7 @@ class Engine:
         if not admitted:
             return []
         first_row = len(self.live)
+        fresh = not first_row  # the batch starts with this prefill
         prefill_started = time.perf_counter()
         passes, away = self._prefill_passes(admitted, first_row), 0.0
         while True:
@@ -477,9 +480,10 @@ class Engine:
         now = time.perf_counter()
         # The target's prefill alone (no cache allocation): a lazy draft's catch-up is
         # priced from it until one is timed. It computed the positions no stored prefix gave.
-        lengths = states.lengths.tolist()
-        self.window.observe_prefill(
-            len(admitted), max(lengths), sum(lengths), now - prefill_started - away, first_row == 0
+        prefilled = tuple(states.lengths.tolist())
+        seconds = now - prefill_started - away
+        self.window.observe(
+            StepRecord(len(admitted), prefilled=prefilled, prefill_s=seconds, fresh=fresh)
         )
         for seq, token in zip(admitted, tokens.tolist(), strict=True):
             seq.append(token, self.eos_ids, now)
@@ -488,8 +492,9 @@ class Engine:
         _drop_finished(self.live, [self._cache], start=first_row)
         if self._drafter is not None and len(self.live) > first_row:
             self._drafter.admit([s.prompt_ids + s.output_ids for s in self.live[first_row:]])
-            kept = [admitted.index(s) for s in self.live[first_row:]]
-            self._drafter.observe_pass(states.select(kept, first_row))
+            if self._powers.watches is not None:
+                kept = [admitted.index(s) for s in self.live[first_row:]]
+                self._powers.watches.observe_pass(states.select(kept, first_row))
         self.prefill_s += time.perf_counter() - started - away
         return admitted
 
@@ -513,6 +518,7 @@ class Engine:
         if cache is not None and cache.max_batch >= rows and cache.max_len >= length:
             return
         self._cache = self._drafter = None  # free the old memory first
+        self._powers = DrafterPowers.of(None)
         self._target = self.model
         self._cache = self.model.new_cache(rows, length)
         if self.static_passes:
@@ -521,13 +527,12 @@ class Engine:
             )
         if self.drafter_factory is not None:
             self._drafter = self.drafter_factory(rows, length)
-            if self.draft_prefix_cache is not None:
+            self._powers = DrafterPowers.of(self._drafter)
+            if self.draft_prefix_cache is not None and isinstance(self._drafter, UsesPrefixCache):
                 self._drafter.use_prefix_cache(self.draft_prefix_cache)
-            # A draft model's catch-up is priced from the target's prefill until timed, its
-            # steps and the first verify passes from the kernel plans' timings.
-            draft = self._drafter.model
-            self.window.set_draft_ratio(relative_cost(draft, self.model))
-            self.window.set_plan_seconds(projection_seconds(self.model), projection_seconds(draft))
+            if self._pricer is not None:  # what prices a step before it is timed
+                costs = self._powers.costs
+                self._pricer.price_models(self.model, None if costs is None else costs.model)
 
     def _drop_finished(self) -> None:
         if self.prefix_cache is not None:  # a finished history is the next turn's prefix
@@ -540,147 +545,113 @@ class Engine:
         _drop_finished(self.live, holders)
 
     def _step(self, live: list[LiveSequence], cache: KVCache, drafter: Drafter | None) -> None:
-        """Propose -> verify -> accept -> roll back, for every live row."""
-        B, device = len(live), self.model.device
+        """Propose -> verify -> accept -> commit and roll back -> emit -> observe."""
+        B = len(live)
         params = [s.params for s in live]
         generators = [s.generator for s in live]
-        remaining = [_tokens_left(s) for s in live]  # [B]
+        left = [_tokens_left(s) for s in live]  # [B]
         # A row's own window: never verify drafts past its max_tokens, none if it opted out.
-        cap = torch.tensor(  # [B]
-            [r - 1 if s.params.speculate else 0 for s, r in zip(live, remaining, strict=True)]
-        )
-        if drafter is not None and not cap.any():
-            k = 0  # no row can use a draft: a plain step, and the window's plan untouched
-        elif drafter is not None:
-            # A lazy draft model must first catch up on rows it has not seen: the window
-            # only starts if the rows' remaining tokens repay that (0 for other drafters).
-            catch_up = drafter.catch_up_tokens()
-            k = self.window.choose(B, catch_up=catch_up, remaining=max(remaining))
-        else:
-            k = self.window.choose(B)
-        self.last_window = k
-        # Graph captures (a bucket's first use) are one-offs: not the cost of a step.
-        captures = [capture_seconds()]
-        t0 = time.perf_counter()
-        catch_up_s = 0.0
-        if drafter is None:
-            draft = Draft.empty(B, device)
-        else:  # at k = 0 a drafter proposes nothing but may keep its state in step
-            drafter.use_processors([s.processor for s in live])
-            draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
-            caught_up, catch_up_s = drafter.last_catch_up
-            if caught_up:  # a one-off: not the cost of a draft step
-                self.window.observe_catch_up(caught_up, catch_up_s)
-            if isinstance(draft, TreeDraft):
-                if self.tree_acceptor is None:
-                    raise InvalidParameterError(
-                        f"{type(self.acceptor).__name__} verifies chains only: a tree drafter "
-                        "needs the rejection or greedy acceptor (or a tree_acceptor)"
-                    )
-                draft = draft.truncated(cap)
-                if int(draft.num_nodes.max()) > max(self.max_tree_nodes, k):
-                    raise InvalidParameterError(
-                        f"the drafter proposed a tree of {int(draft.num_nodes.max())} nodes: "
-                        "give the Engine max_tree_nodes=drafter.max_nodes to reserve room"
-                    )
-            else:  # tokens and q on the target's device (a model-free drafter works on
-                # the host), lengths on the host, as the acceptors expect
-                draft = _trimmed(
-                    replace(
-                        draft,
-                        tokens=draft.tokens.to(device),
-                        probs=None if draft.probs is None else draft.probs.to(device),
-                        lengths=torch.minimum(draft.lengths.cpu(), cap),
-                    )
-                )
-        t1 = time.perf_counter()
-        captures.append(capture_seconds())
-        # Verify: the last committed token and the draft in one target pass; accept; roll
-        # the cache back to the last committed token and the accepted drafts.
+        cap = torch.tensor([r - 1 if p.speculate else 0 for p, r in zip(params, left, strict=True)])
+        k = self._choose(B, max(left), cap, drafter)
+        timer = _StepTimer()
+        draft = self._propose(k, cap, live, generators, drafter)
+        caught_up, catch_up_s = self._last_catch_up()
+        draft_s = timer.lap() - catch_up_s
         if isinstance(draft, TreeDraft):
             verdict, states = self._verify_tree(live, cache, draft, params, generators)
         else:
             verdict, states = self._verify_chain(live, cache, draft, params, generators)
-        accepted = verdict.num_accepted.cpu()
+        accepted = verdict.num_accepted.cpu()  # [B]
         if drafter is not None:
             next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
             drafter.commit(verdict.num_accepted, next_tokens)
-            drafter.observe_pass(states)  # not in Algorithm 1: the target's kept states
+            if self._powers.watches is not None:  # not in Algorithm 1: the target's states
+                self._powers.watches.observe_pass(states)
         emitted = verdict.tokens.tolist()  # the one host sync of the step
-        now = time.perf_counter()
-        captures.append(capture_seconds())
-        lengths = draft.lengths.tolist()
-        for seq, row, n, drafted in zip(live, emitted, accepted.tolist(), lengths, strict=True):
+        verify_s = timer.lap()
+        self._emit(live, emitted, accepted.tolist(), draft.lengths.tolist(), timer.now)
+        tree = isinstance(draft, TreeDraft)
+        costs = self._powers.costs
+        self.window.observe(
+            StepRecord(
+                B,
+                k,
+                width=1 + (k if tree else draft.k),
+                drafted=tuple((draft.lengths if tree else torch.clamp(cap, max=k)).tolist()),
+                accepted=tuple(accepted.tolist()),
+                left=tuple(left),
+                left_after=tuple(0 if s.finished else _tokens_left(s) for s in live),
+                whole_batch=self._one_job and not self.waiting,
+                draft_s=draft_s,
+                first_s=costs.last_first_s if k and costs is not None else None,
+                verify_s=verify_s,
+                catch_up_tokens=caught_up,
+                catch_up_s=catch_up_s,
+            )
+        )
+
+    def _choose(self, rows: int, remaining: int, cap: torch.Tensor, drafter) -> int:
+        """The window's k; a plain step, the window's plan untouched, where no row can draft."""
+        if drafter is not None and not cap.any():
+            k = 0
+        else:
+            catching_up = self._powers.catches_up
+            catch_up = 0 if catching_up is None else catching_up.catch_up_tokens()
+            k = self.window.choose(Batch(rows, remaining, catch_up))
+        self.last_window = k
+        return k
+
+    def _last_catch_up(self) -> tuple[int, float]:
+        """(tokens, seconds) of the catch-up pass inside the latest proposal, if any."""
+        catching_up = self._powers.catches_up
+        return (0, 0.0) if catching_up is None else catching_up.last_catch_up
+
+    def _propose(self, k, cap, live, generators, drafter) -> Draft | TreeDraft:
+        """The drafter's proposal (at k = 0 it may keep its state in step), each row's cut
+        to its cap and the chain to its longest row."""
+        B, device = len(live), self.model.device
+        if drafter is None:
+            return Draft.empty(B, device)
+        if self._powers.processors is not None:  # penalties, logit_bias, grammars on q too
+            self._powers.processors.use_processors([s.processor for s in live])
+        params = [s.params for s in live]
+        draft = drafter.propose(k, params, generators)  # tokens [B, k], q [B, k, V]
+        if isinstance(draft, TreeDraft):
+            if self.tree_acceptor is None:
+                raise InvalidParameterError(
+                    f"{type(self.acceptor).__name__} verifies chains only: a tree drafter "
+                    "needs the rejection or greedy acceptor (or a tree_acceptor)"
+                )
+            draft = draft.truncated(cap)
+            if int(draft.num_nodes.max()) > max(self.max_tree_nodes, k):
+                raise InvalidParameterError(
+                    f"the drafter proposed a tree of {int(draft.num_nodes.max())} nodes: "
+                    "give the Engine max_tree_nodes=drafter.max_nodes to reserve room"
+                )
+            return draft
+        # tokens and q on the target's device (a model-free drafter works on the host),
+        # lengths on the host, as the acceptors expect
+        return _trimmed(
+            replace(
+                draft,
+                tokens=draft.tokens.to(device),
+                probs=None if draft.probs is None else draft.probs.to(device),
+                lengths=torch.minimum(draft.lengths.cpu(), cap),
+            )
+        )
+
+    def _emit(self, live, emitted, accepted, drafted, now: float) -> None:
+        """Each row's kept drafts and its own token, up to its end (EOS, a stop string)."""
+        for seq, row, n, width in zip(live, emitted, accepted, drafted, strict=True):
             before = len(seq.output_ids)
             for token in row[: n + 1]:
                 seq.append(token, self.eos_ids, now)
                 if seq.finished:
                     break
             out = len(seq.output_ids) - before
-            # Draft tokens past the end (EOS, a stop string) were accepted but never kept.
-            seq.stats.record_step(drafted, min(n, out))
-            seq.trace.append((drafted, min(n, out), out))
-        draft_s = t1 - t0 - catch_up_s - (captures[1] - captures[0])
-        verify_s = now - t1 - (captures[2] - captures[1])
-        first_s = drafter.last_first_s if k else None  # k > 0 only with a drafter
-        judged = self._judged_rows(remaining)
-        progress = self._progress(live, remaining, 1 + int(accepted.max()))
-        asked = torch.clamp(cap, max=k) if isinstance(draft, Draft) else draft.lengths
-        if progress is None:
-            counts = _conditional_counts(accepted, draft, asked, judged)
-        else:  # a batch job: the batch itself is the row whose window counts
-            counts = _batch_counts(int(progress) - 1, int(asked[judged].max()))
-        width = 1 + (draft.k if isinstance(draft, Draft) else k)
-        self.window.observe(
-            B,
-            k,
-            verify_s,
-            draft_s,
-            *counts,
-            draft_first_s=first_s,
-            width=width,
-            judged=int(judged.sum()) if progress is None else 1,
-            progress=progress,
-        )
-
-    def _judged_rows(self, remaining: list[int]) -> torch.Tensor:
-        """[B] bool: the rows whose acceptance decides what a window is worth.
-
-        Every row, while requests wait: a row that finishes early hands its slot to the
-        next. Inside `generate` with none waiting, the rows with the most tokens left: the
-        caller waits for the longest, and a token gained by a row that finishes first only
-        narrows the batch's last passes, which saves next to nothing where a pass is
-        memory-bound (SmolLM2, 4 rows: 25.1 ms, 2 rows: 25.1). Measured on the quick
-        preset's batch-4 code point at T = 1: the n-gram drafter's matches fell on the
-        rows that finished first, `auto` ran as many steps as plain decoding with half of
-        them dearer (0.93x plain), judged by every row's acceptance."""
-        if not self._batch_job:
-            return torch.ones(len(remaining), dtype=torch.bool)
-        longest = max(remaining)
-        return torch.tensor([r == longest for r in remaining])
-
-    def _progress(self, live: list[LiveSequence], remaining: list[int], most: int) -> float | None:
-        """How far a step took a batch the caller waits for as a whole (inside `generate`
-        with none waiting, see `_judged_rows`): by how much the most tokens any row had
-        left fell, at most `most` (a row's 1 + kept drafts: a row that stopped early is no
-        speculation's doing). None where every row counts on its own (requests wait, or a
-        server's loop): then 1 + the rows' mean kept drafts says it.
-
-        The mean over the longest rows overstates it: rows tied there move the batch on
-        only as far as the one that kept the fewest drafts. At issue 13's floor point
-        (4 x 1024 tokens, int4, the eagle head at k = 1) the longest rows' mean read 1.5
-        tokens a step where the batch went 1.41, and a guard crediting 1.5 let `auto`
-        draft at 0.95x plain."""
-        if not self._batch_job:
-            return None
-        left = [0 if s.finished else _tokens_left(s) for s in live]
-        return float(min(most, max(remaining) - max(left, default=0)))
-
-    @property
-    def _batch_job(self) -> bool:
-        """Inside `generate` with no request waiting: the caller waits for the batch as
-        a whole, so it is done when its longest row is."""
-        return self._one_job and not self.waiting
+            # Draft tokens past the end were accepted but never kept.
+            seq.stats.record_step(width, min(n, out))
+            seq.trace.append((width, min(n, out), out))
 
     def _verify_chain(self, live, cache, draft, params, generators):
         """k+1 positions per row in one pass; returns the verdict and the kept positions'
@@ -927,52 +898,22 @@ def _trimmed(draft: Draft) -> Draft:
     )
 
 
-def _conditional_counts(
-    accepted: torch.Tensor,
-    draft: Draft | TreeDraft,
-    asked: torch.Tensor,
-    rows: torch.Tensor,
-) -> tuple[list[int], list[int]]:
-    """Per draft position i: rows that tested it and rows that kept it; their ratio is
-    the conditional acceptance the window plans with.
-
-    A chain row tests position i when all its earlier drafts were kept and the window
-    asked it for i (`asked` [B]: the step's k, capped by the row's remaining tokens). A
-    row whose drafter proposed nothing there counts as a rejection: for the window the
-    position gave no token, and a prompt lookup that matches one row in four gains a
-    4-row pass a quarter of what its matches' acceptance says (the quick preset's batch-4
-    n-gram runs drafted 42% of the rows and ran at 0.89x plain, priced as if all did).
-    For a tree, position i is depth i and a row's length is its deepest path.
-
-    `rows` [B] bool: the rows counted (`Engine._judged_rows`)."""
-    if isinstance(draft, Draft):
-        k, limit = int(asked.max()) if asked.numel() else 0, asked
-    else:
-        k, limit = max(draft.lengths.tolist(), default=0), draft.lengths
-    accepted, limit = accepted[rows], limit[rows]
-    positions = torch.arange(k)[None, :]
-    reached = (accepted[:, None] >= positions) & (positions < limit[:, None])
-    kept = accepted[:, None] > positions
-    return reached.sum(0).tolist(), kept.sum(0).tolist()
-
-
 def _tokens_left(seq: LiveSequence) -> int:
     """The most tokens `seq` may still generate."""
     return seq.params.max_tokens - len(seq.output_ids)
 
 
-def _batch_counts(kept: int, asked: int) -> tuple[list[int], list[int]]:
-    """`_conditional_counts` of a batch job taken as one row: per draft position up to
-    `asked`, whether the batch tested it and kept it, where it went `kept` drafts further
-    (`Engine._progress` less its one token).
+class _StepTimer:
+    """Wall seconds of a step's phases, less the one-off graph captures inside them."""
 
-    Rows tied at the most tokens left move the batch on together, so it keeps a draft
-    only where all of them do: at issue 13's floor point (4 x 1024 tokens, int4, the eagle
-    head) the longest rows kept half their first drafts, the batch 41%, and priced at the
-    half `auto` drafted k = 1 for 8-16 steps a run at 0.95x plain until the guard stopped
-    it."""
-    kept = min(kept, asked)
-    return [int(i <= kept) for i in range(asked)], [int(i < kept) for i in range(asked)]
+    def __init__(self) -> None:
+        self.now, self._captured = time.perf_counter(), capture_seconds()
+
+    def lap(self) -> float:
+        now, captured = time.perf_counter(), capture_seconds()
+        seconds = now - self.now - (captured - self._captured)
+        self.now, self._captured = now, captured
+        return seconds
 
 
 def _drop_finished(live: list[LiveSequence], holders: list, start: int = 0) -> None:

@@ -23,8 +23,6 @@ from pathlib import Path
 import torch
 
 from specdec.acceptors import ACCEPTORS, TokenAcceptor
-from specdec.cost_cache import cost_file, load_acceptance, load_costs, save_costs
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.distributed import (
     check_tp_split,
     init_tensor_parallel,
@@ -63,6 +61,8 @@ from specdec.models.loading import load_transformer
 from specdec.models.transformer import Transformer
 from specdec.params import SamplingParams
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
+from specdec.window import AdaptiveWindow, FixedWindow
+from specdec.window.cache import cost_file, load_acceptance, load_costs, save_costs
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +369,7 @@ class LLM:
 
     def save_costs(self) -> None:
         """Store `auto`'s measured costs for the next process on this machine and set-up
-        (`specdec.cost_cache`); called after each `generate` and at exit."""
+        (`specdec.window.cache`); called after each `generate` and at exit."""
         if self._costs_file is not None:
             window = self.engine.window
             save_costs(self._costs_file, window.costs, self._costs_setup, window.acceptance_state())

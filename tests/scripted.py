@@ -18,10 +18,10 @@ from dataclasses import replace
 import uvicorn
 
 from specdec.acceptors import GreedyAcceptor
-from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.serving.app import build_app
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer
 from tiny_server import CHAT_TEMPLATE, MODEL, free_port

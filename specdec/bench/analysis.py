@@ -24,7 +24,7 @@ Two speedups over plain decoding of the same group:
   median runs, taken from different turns, read 0.91x where the wall-time turns spread
   0.88-1.12x).
 
-Predictions come from `specdec.cost_model` with costs measured at the point's batch size
+Predictions come from `specdec.window` with costs measured at the point's batch size
 and context (`costs.py`) and the acceptance per position the point measured, where the
 point's verify curve has two or more widths (none with `--curve-ks 0`):
 - fixed k: `predict_speedup(costs, B, alpha, k)`.
@@ -39,9 +39,9 @@ from __future__ import annotations
 import statistics
 
 from specdec.bench.costs import cost_model
-from specdec.cost_model import AdaptiveWindow, conditional_acceptance, predict_speedup
+from specdec.window import WindowConfig, conditional_acceptance, predict_speedup
 
-AUTO_MARGIN = AdaptiveWindow().margin
+AUTO_MARGIN = WindowConfig().margin
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

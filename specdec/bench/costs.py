@@ -20,11 +20,11 @@ from collections.abc import Callable
 import torch
 
 from specdec.acceptors import Draft, RejectionSampler
-from specdec.cost_model import CostModel
 from specdec.graphs.static_pass import StaticPasses, use_static_passes
 from specdec.heads.eagle import EagleHead
 from specdec.params import SamplingParams
 from specdec.sampling import make_generator, param_tensors, probs_from_logits, request_probs, sample
+from specdec.window import CostModel
 
 WARMUP = 2  # unmeasured passes first: the first calls of a shape are slower
 

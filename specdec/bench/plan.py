@@ -139,7 +139,7 @@ class Point:
     @property
     def warm_start(self) -> bool:
         """An `auto` method whose each run starts from what its previous run measured (the
-        costs and acceptance `specdec.cost_cache` hands a fresh process), as repeated
+        costs and acceptance `specdec.window.cache` hands a fresh process), as repeated
         `specdec generate` calls run it; plain `-auto` starts every run from nothing."""
         return self.method.endswith("-auto-warm")
 

@@ -44,7 +44,6 @@ from specdec.bench import edits, peers
 from specdec.bench.costs import measure_costs
 from specdec.bench.plan import INTERLEAVES, Point, is_peer, vllm_draft_k
 from specdec.bench.turn_log import TurnLog, Turns
-from specdec.cost_model import CostModel
 from specdec.distributed import shared_window
 from specdec.doctor import arithmetic
 from specdec.drafters import EagleDrafter, NgramDrafter
@@ -57,6 +56,7 @@ from specdec.llm import LLM, build_acceptor, build_window, tuned_layers
 from specdec.params import SamplingParams
 from specdec.stats import SpecStats
 from specdec.tokenization import encode_prompt
+from specdec.window import CostModel
 
 
 class Skip(Exception):

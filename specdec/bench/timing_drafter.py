@@ -7,7 +7,7 @@ proposes the target's own greedy continuation, recorded from a plain run of the 
 prompt, with the token at draft position i replaced by a wrong one with probability
 1 - profile[i], independently per position. Since a chain is kept up to its first wrong
 token, position i is kept with probability profile[i] given that every earlier one was:
-the conditional acceptance `specdec.cost_model` predicts from (`expected_tokens`). And so
+the conditional acceptance `specdec.window` predicts from (`expected_tokens`). And so
 that its time is a real drafter's, it runs a real drafter's passes (`cost`, e.g. an
 `EagleDrafter` over an `EagleHead` of the target's shape) and throws their tokens away.
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import torch
 
 from specdec.acceptors import Draft
-from specdec.drafters.base import DrafterBase, PassStates
+from specdec.drafters.base import PassStates
 from specdec.errors import InvalidParameterError
 
 # Conditional acceptance per draft position (P(i kept | 0..i-1 kept)); a position past
@@ -63,7 +63,7 @@ def records_from(prompts: Sequence[Sequence[int]], outputs: Sequence[Sequence[in
     return {tuple(p): list(o) for p, o in zip(prompts, outputs, strict=True)}
 
 
-class AcceptanceControlledDrafter(DrafterBase):
+class AcceptanceControlledDrafter:
     """Proposes recorded greedy continuations, each position kept with `profile`'s
     conditional probability (see the module docstring).
 

@@ -18,44 +18,32 @@ import dataclasses
 import random
 from collections.abc import Sequence
 
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.distributed.group import TPGroup
 from specdec.params import SamplingParams
+from specdec.step_record import Batch, StepRecord
+from specdec.window import FixedWindow, PricesModels, Window
 
 
 class SharedWindow:
-    """A window policy whose choice of k is rank 0's on every rank."""
+    """A window whose choice of k is rank 0's on every rank."""
 
-    def __init__(self, inner: FixedWindow | AdaptiveWindow, group: TPGroup) -> None:
+    def __init__(self, inner: Window, group: TPGroup) -> None:
         self.inner = inner
         self.group = group
+        self.k_max = inner.k_max
 
-    @property
-    def k_max(self) -> int:
-        return self.inner.k_max
+    def choose(self, batch: Batch) -> int:
+        return self.group.broadcast_int(self.inner.choose(batch))
 
-    def choose(self, rows: int, catch_up: int = 0, remaining: int | None = None) -> int:
-        return self.group.broadcast_int(self.inner.choose(rows, catch_up, remaining))
+    def observe(self, record: StepRecord) -> None:
+        self.inner.observe(record)
 
-    def observe(self, *args, **kwargs) -> None:
-        self.inner.observe(*args, **kwargs)
-
-    def observe_prefill(self, *args) -> None:
-        self.inner.observe_prefill(*args)
-
-    def observe_catch_up(self, *args) -> None:
-        self.inner.observe_catch_up(*args)
-
-    def set_draft_ratio(self, ratio: float | None) -> None:
-        self.inner.set_draft_ratio(ratio)
-
-    def set_plan_seconds(self, target: dict[int, float], draft: dict[int, float]) -> None:
-        self.inner.set_plan_seconds(target, draft)
+    def price_models(self, target, draft) -> None:
+        if isinstance(self.inner, PricesModels):
+            self.inner.price_models(target, draft)
 
 
-def shared_window(
-    window: FixedWindow | AdaptiveWindow, group: TPGroup | None
-) -> FixedWindow | AdaptiveWindow | SharedWindow:
+def shared_window(window: Window, group: TPGroup | None) -> Window:
     """`window` as every rank must see it (a fixed window is already deterministic)."""
     if group is None or isinstance(window, FixedWindow):
         return window

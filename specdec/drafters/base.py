@@ -15,40 +15,40 @@ has a history of committed tokens whose last token is not yet in any KV cache.
   draft tokens (of a tree: along the accepted path) and added next_tokens; roll back
   whatever else was drafted.
 - `move_row(src, dst)` / `reset_row(row)`: the engine repacks rows when sequences finish.
-- `observe_pass(states: PassStates)`: what a target pass kept, after the prefill of
-  admitted rows (rows first_row..) and after every verify pass (all rows, following
-  `commit`): the kept tokens and the target's final-normed state at each. `states.last` is
-  the state each row's last committed token was sampled from (speculator heads draft from
-  it); a learning drafter records them all. `DrafterBase` gives the do-nothing default, so
-  the engine calls it unconditionally.
-- `between_steps(idle=False) -> bool`: the engine's time between its steps, after every
-  decode step and, with `idle`, while it has nothing to serve (a server's loop asks then);
-  a learning drafter trains its heads here (`specdec.training.online`). Returns whether
-  it used the time. `DrafterBase`'s default does nothing.
-- `use_processors(processors)`: before each `propose`, the rows' logits processors
-  (`specdec.processors.RequestProcessor` or None per row: penalties, logit_bias, grammar
-  masks). A drafter with a distribution applies them to it, position j after its own
-  drafts before j, and samples from the result, so its drafts are what the processed
-  target would say; the acceptors are lossless whatever q is, so a drafter that ignores
-  them (`DrafterBase`'s default) only loses acceptance.
-- `use_prefix_cache(store: PrefixCache)`: a drafter with its own KV cache may reuse
-  stored keys and values of sequences it has seen (`specdec.models.prefix_cache`); the
-  engine hands it one store that outlives the drafter. `DrafterBase` ignores it.
-- What `auto` prices a drafter by, each with `DrafterBase`'s default for a drafter that has
-  no such cost: `catch_up_tokens()` (0), the tokens a step with k > 0 must feed before it
-  drafts (a lazy draft model's rows not caught up; the window starts only when the rows'
-  remaining tokens repay them); `last_catch_up` ((0, 0.0)), the (tokens, seconds) of the
-  latest step's catch-up pass, a one-off taken out of the step's draft time;
-  `last_first_s` (None), the seconds of the latest step's first draft token when they
-  differ from the later ones'; `model` (None), the draft network whose bytes a step reads
-  (priced against the target's).
+
+Optional powers are separate protocols, which the engine checks once when it builds the
+drafter (`DrafterPowers`), so its step calls them without probing:
+
+- `WatchesTarget.observe_pass(states: PassStates)`: what a target pass kept, after the
+  prefill of admitted rows (rows first_row..) and after every verify pass (all rows,
+  following `commit`): the kept tokens and the target's final-normed state at each.
+  `states.last` is the state each row's last committed token was sampled from
+  (speculator heads draft from it); a learning drafter records them all.
+- `Learns.between_steps(idle=False) -> bool`: the engine's time between its steps, after
+  every decode step and, with `idle`, while it has nothing to serve; a learning drafter
+  trains its heads here (`specdec.training.online`). Returns whether it used the time.
+- `UsesProcessors.use_processors(processors)`: before each `propose`, the rows' logits
+  processors (`specdec.processors.RequestProcessor` or None per row: penalties, logit_bias,
+  grammar masks). A drafter with a distribution applies them to it, position j after its
+  own drafts before j, and samples from the result, so its drafts are what the processed
+  target would say; the acceptors are lossless whatever q is, so a drafter without this
+  power only loses acceptance.
+- `UsesPrefixCache.use_prefix_cache(store: PrefixCache)`: a drafter with its own KV cache
+  reuses stored keys and values of sequences it has seen (`specdec.models.prefix_cache`).
+- `CatchesUp`: `catch_up_tokens()`, the tokens a step with k > 0 must feed before it
+  drafts (a lazy draft model's rows not caught up: `auto` starts only when the rows'
+  remaining tokens repay them), and `last_catch_up`, the (tokens, seconds) of the latest
+  step's catch-up pass, a one-off kept out of the step's draft time.
+- `ReportsCosts`: `model`, the draft network whose bytes and kernel plans price a step
+  before it is timed, and `last_first_s`, the seconds of the latest step's first draft
+  token when they differ from the later ones' (None otherwise).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -58,6 +58,8 @@ from specdec.params import SamplingParams
 
 
 class Drafter(Protocol):
+    """The core contract: follow the rows, propose, and keep what the target kept."""
+
     def admit(self, histories: Sequence[Sequence[int]]) -> None: ...
 
     def propose(
@@ -73,19 +75,57 @@ class Drafter(Protocol):
 
     def reset_row(self, row: int) -> None: ...
 
+
+@runtime_checkable
+class WatchesTarget(Protocol):
     def observe_pass(self, states: PassStates) -> None: ...
 
+
+@runtime_checkable
+class Learns(Protocol):
     def between_steps(self, idle: bool = False) -> bool: ...
 
+
+@runtime_checkable
+class UsesPrefixCache(Protocol):
     def use_prefix_cache(self, store: PrefixCache) -> None: ...
 
+
+
+@runtime_checkable
+class UsesProcessors(Protocol):
     def use_processors(self, processors: Sequence) -> None: ...
+
+@runtime_checkable
+class CatchesUp(Protocol):
+    last_catch_up: tuple[int, float]
 
     def catch_up_tokens(self) -> int: ...
 
-    last_catch_up: tuple[int, float]
-    last_first_s: float | None
+
+@runtime_checkable
+class ReportsCosts(Protocol):
     model: torch.nn.Module | None
+    last_first_s: float | None
+
+
+@dataclass(frozen=True)
+class DrafterPowers:
+    """A drafter's optional powers, looked up once (None: the drafter has not got it)."""
+
+    watches: WatchesTarget | None
+    learns: Learns | None
+    catches_up: CatchesUp | None
+    costs: ReportsCosts | None
+    processors: UsesProcessors | None
+
+    @classmethod
+    def of(cls, drafter: Drafter | None) -> DrafterPowers:
+        def power(kind):
+            return drafter if isinstance(drafter, kind) else None
+
+        kinds = (WatchesTarget, Learns, CatchesUp, ReportsCosts, UsesProcessors)
+        return cls(*(power(kind) for kind in kinds))
 
 
 @dataclass(frozen=True)
@@ -117,31 +157,3 @@ class PassStates:
         return PassStates(
             self.tokens[index], self.hidden[index], self.lengths[index], first_row, aux
         )
-
-
-class DrafterBase:
-    """Do-nothing defaults for the drafter contract's optional powers."""
-
-    # Most drafters have no catch-up pass, no first draft token dearer than the others and
-    # no network of their own to price. Class attributes: a drafter that has these sets
-    # its own on the instance.
-    last_catch_up: tuple[int, float] = (0, 0.0)
-    last_first_s: float | None = None
-    model: torch.nn.Module | None = None
-
-    def catch_up_tokens(self) -> int:
-        """Most drafters draft at once: nothing to feed before a step with k > 0."""
-        return 0
-
-    def observe_pass(self, states: PassStates) -> None:
-        """Most drafters ignore the target's states."""
-
-    def between_steps(self, idle: bool = False) -> bool:
-        """Most drafters have nothing to do between steps."""
-        return False
-
-    def use_prefix_cache(self, store: PrefixCache) -> None:
-        """Drafters without a KV cache have nothing to reuse."""
-
-    def use_processors(self, processors: Sequence) -> None:
-        """Most drafters propose without a distribution to process."""

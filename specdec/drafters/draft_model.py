@@ -27,7 +27,6 @@ from collections.abc import Sequence
 import torch
 
 from specdec.acceptors import Draft
-from specdec.drafters.base import DrafterBase
 from specdec.drafters.draft_vocab import ContextIds
 from specdec.errors import TokenizerMismatchError
 from specdec.graphs.static_pass import StaticPasses, use_static_passes
@@ -55,7 +54,7 @@ def check_same_tokenizer(target_tokenizer, draft_tokenizer) -> None:
     )
 
 
-class DraftModelDrafter(DrafterBase):
+class DraftModelDrafter:
     def __init__(
         self,
         model: Transformer,

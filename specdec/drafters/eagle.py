@@ -54,7 +54,7 @@ from types import SimpleNamespace
 import torch
 
 from specdec.acceptors import Draft
-from specdec.drafters.base import DrafterBase, PassStates
+from specdec.drafters.base import PassStates
 from specdec.errors import InvalidParameterError
 from specdec.graphs.static_eagle import StaticEagle, expand_tree, node_step
 from specdec.graphs.static_pass import use_static_passes
@@ -63,7 +63,7 @@ from specdec.heads.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
 from specdec.models.prefix_cache import PrefixCache
 
 
-class EagleDrafter(DrafterBase):
+class EagleDrafter:
     def __init__(
         self,
         head: EagleHead,
@@ -101,7 +101,7 @@ class EagleDrafter(DrafterBase):
         self.pending_tokens: list[list[int]] = []  # the token after each pending state
         # (entries, seconds) of the latest step's catch-up (entries beyond two per row),
         # which the engine takes out of the step's draft time. Unlike a draft model's it
-        # is not priced before starting (no `catch_up_tokens`): all but each row's newest
+        # is not priced before starting (`catch_up_tokens` is 0): all but each row's newest
         # entry need only their keys and values, a few percent of the layer.
         self.last_catch_up: tuple[int, float] = (0, 0.0)
         self.history: list[list[int]] = []  # each row's committed tokens
@@ -111,6 +111,10 @@ class EagleDrafter(DrafterBase):
             torch.device(device), static_passes, cuda_graphs
         )
         self._static: StaticEagle | None = None
+
+    def catch_up_tokens(self) -> int:
+        """A catch-up too cheap to price before starting (see `last_catch_up`)."""
+        return 0
 
     def use_prefix_cache(self, store: PrefixCache) -> None:
         self.store = store

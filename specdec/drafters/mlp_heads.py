@@ -32,12 +32,11 @@ from collections.abc import Sequence
 import torch
 
 from specdec.acceptors import Draft
-from specdec.drafters.base import DrafterBase
 from specdec.graphs.static_pass import StaticHeads, use_static_passes
 from specdec.heads.tree import TreeDraft, check_tree, max_tree_nodes, tree_draft
 
 
-class SpeculatorDrafter(DrafterBase):
+class SpeculatorDrafter:
     def __init__(
         self,
         speculator,

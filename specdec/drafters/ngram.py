@@ -17,11 +17,10 @@ from collections.abc import Sequence
 import torch
 
 from specdec.acceptors import Draft
-from specdec.drafters.base import DrafterBase
 from specdec.errors import InvalidParameterError
 
 
-class NgramDrafter(DrafterBase):
+class NgramDrafter:
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise InvalidParameterError("n-gram sizes need 1 <= min_ngram <= max_ngram")

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 import torch
 
 from specdec.acceptors import Draft
-from specdec.drafters.base import DrafterBase
 from specdec.errors import InvalidParameterError
 
 # Lengths of the contexts indexed at every position, longest first: a lookup takes the
@@ -198,7 +197,7 @@ def continuation(found: list[tuple[list[int], int]], limit: int, min_prob: float
     return draft
 
 
-class SuffixDrafter(DrafterBase):
+class SuffixDrafter:
     """Drafts from a `SuffixStore` (a private one unless given the process's shared one).
 
     alpha: the draft is at most alpha x the match length (a long match is trusted further).

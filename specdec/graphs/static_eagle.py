@@ -221,7 +221,7 @@ class StaticEagle:
         out = self.head.attend(
             q, self.k[:R, :, :span], self.v[:R, :, :span], mask=mask[:, None, None]
         )  # [R, 1, E]
-        return self.head.finish(x + out)[:, 0]
+        return self.head.after_attention(x, out)[:, 0]
 
 
 def expand_tree(head, state: torch.Tensor, topk: tuple[int, ...], n_candidates: int, step):
@@ -290,8 +290,8 @@ def node_step(
     mask = (seen < lengths[:, None]) | (seen >= span)  # [B, span + own]
     mask = mask.repeat_interleave(W, 0)[:, None, None]  # [BW, 1, 1, span + own]
     out = head.attend(q, keys(k_cache, chain[0]), keys(v_cache, chain[1]), mask=mask)
-    state = head.finish(x.reshape(B * W, 1, E) + out)  # [BW, 1, E]
-    return state.reshape(B, W, E), chain
+    state = head.after_attention(x.reshape(B * W, 1, E), out)  # [BW, 1, S]
+    return state.reshape(B, W, -1), chain
 
 
 def _gather_nodes(entries: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

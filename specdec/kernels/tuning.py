@@ -9,7 +9,7 @@ by the machine (CPU model and flags, core count, torch version, threads): a proc
 same machine reads them instead of timing, and another CPU measures its own. The timings
 behind the plans are kept with them: `projection_seconds` sums them into what a pass of n
 rows costs a model, which prices a cold start of speculation before any verify pass or
-draft step has been timed (`cost_model.CostModel.startup_verify_time`, `draft_share`).
+draft step has been timed (`window.pricing.startup_verify_time`, `CostModel.draft_share`).
 
 Timing the candidates costs seconds per model the first time on a machine (a few sweeps per
 candidate and bucket; a candidate already 3x slower than the best after one sweep is not

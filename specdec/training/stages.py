@@ -935,11 +935,11 @@ class SpeculatorTrainer:
     def engine_eval(self, spec: MLPSpeculator) -> dict:
         """The held-out prompts through the engine with the heads drafting (greedy, k = n)."""
         from specdec.acceptors import GreedyAcceptor
-        from specdec.cost_model import FixedWindow
         from specdec.drafters.eagle import EagleDrafter
         from specdec.drafters.eagle3 import Eagle3Drafter
         from specdec.drafters.mlp_heads import SpeculatorDrafter
         from specdec.engine import Engine
+        from specdec.window import FixedWindow
 
         prompts = [self.corpus.prompt_ids(i) for i in self.eval_docs]
         prompts = [p for p in prompts if 1 <= len(p) <= self.cfg.max_prompt_tokens]

@@ -22,7 +22,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ (tiny.py)
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler  # noqa: E402
-from specdec.cost_model import AdaptiveWindow, FixedWindow  # noqa: E402
 from specdec.distributed import (  # noqa: E402
     build_sharded_transformer,
     shared_seeds,
@@ -34,6 +33,7 @@ from specdec.engine import Engine  # noqa: E402
 from specdec.models.config import ModelConfig  # noqa: E402
 from specdec.models.transformer import right_pad  # noqa: E402
 from specdec.params import SamplingParams  # noqa: E402
+from specdec.window import AdaptiveWindow, FixedWindow  # noqa: E402
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer  # noqa: E402
 

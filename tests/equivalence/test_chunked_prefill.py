@@ -7,15 +7,17 @@ caller spends between them counts neither in the prefill's time nor in the reque
 clocks. A user's setting ("auto", 0, N) resolves per device."""
 
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from specdec.cost_model import FixedWindow
+from specdec import engine as engine_module
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import PREFILL_CHUNK_CPU, Engine, resolve_prefill_chunk
 from specdec.errors import InvalidParameterError
 from specdec.params import SamplingParams
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 
@@ -160,21 +162,27 @@ def test_generate_steps_turns_between_passes_and_does_not_count_them(models, tok
     target, _ = models
     prompt, sampling = PROMPTS[1], SamplingParams(temperature=0, max_tokens=3)
     counted = {}
+    # The caller's turn between nexts: an hour on the engine module's clock each time.
+    away = [0.0]
+    clock = SimpleNamespace(perf_counter=lambda: time.perf_counter() + away[0])
     for chunk in (None, 4):
         e = engine(target, tokenizer, chunk)
-        steps, nexts = e.generate_steps([prompt], [sampling]), 0
-        try:
-            while True:
-                next(steps)
-                nexts += 1
-                time.sleep(0.05)  # the caller's turn: not the engine's time
-        except StopIteration as done:
-            (out,) = done.value
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(engine_module, "time", clock)
+            steps, nexts = e.generate_steps([prompt], [sampling]), 0
+            try:
+                while True:
+                    next(steps)
+                    nexts += 1
+                    away[0] += 3600.0  # the caller's turn: not the engine's time
+            except StopIteration as done:
+                (out,) = done.value
         counted[chunk] = (nexts, e.prefill_s, out.ttft_s, out.token_ids)
     (n_whole, _, _, ids_whole), (n_chunked, prefill_s, ttft_s, ids) = counted.values()
     assert ids == ids_whole
     assert n_chunked - n_whole == -(-len(prompt) // 4) - 1  # a turn between each two passes
-    assert prefill_s < 0.05 and ttft_s < 0.05  # none of the caller's 0.2 s between passes
+    assert away[0] >= 3600 * n_chunked  # the caller's hours between passes count nowhere:
+    assert 0 < prefill_s < 3600 and 0 < ttft_s < 3600
 
 
 def test_abandoned_between_passes_frees_its_rows(models, tokenizer):

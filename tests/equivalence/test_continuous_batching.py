@@ -4,11 +4,11 @@ one's greedy output is still exactly the plain output of its prompt alone (fp32)
 import pytest
 
 from specdec.acceptors import RejectionSampler
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import Engine
 from specdec.errors import ContextLengthError
 from specdec.params import SamplingParams
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 

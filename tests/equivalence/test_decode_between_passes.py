@@ -6,10 +6,10 @@ plain and speculative."""
 
 import pytest
 
-from specdec.cost_model import FixedWindow
 from specdec.drafters import NgramDrafter
 from specdec.engine import Engine
 from specdec.params import SamplingParams
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

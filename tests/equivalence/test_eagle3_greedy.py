@@ -6,11 +6,11 @@ import torch
 import torch.nn.functional as F
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import FixedWindow
 from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
 from specdec.engine import Engine
 from specdec.heads.eagle3 import build_eagle3
 from specdec.params import SamplingParams
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 

@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import FixedWindow
 from specdec.drafters import EagleDrafter
 from specdec.engine import Engine
 from specdec.heads.eagle import build_eagle
 from specdec.training.stages import TargetStates
+from specdec.window import FixedWindow
 
 from tiny import plain_greedy_references
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.params import SamplingParams
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

@@ -7,11 +7,11 @@ prefills really are shorter."""
 import pytest
 import torch
 
-from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.models.prefix_cache import PrefixCache
 from specdec.params import SamplingParams
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
 from specdec.params import Grammar, SamplingParams
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler
-from specdec.cost_model import AdaptiveWindow, FixedWindow
-from specdec.drafters import DrafterBase, DraftModelDrafter, NgramDrafter, draft_vocab
+from specdec.drafters import DraftModelDrafter, NgramDrafter, draft_vocab
 from specdec.drafters.draft_vocab import prune_vocab_head
 from specdec.engine import Engine
 from specdec.params import SamplingParams
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 
@@ -18,7 +18,7 @@ PROMPTS = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44], [33], [7, 7, 
 N = 25
 
 
-class OracleDrafter(DrafterBase):
+class OracleDrafter:
     """Proposes the true greedy continuation, except where `right(step, i)` says no."""
 
     def __init__(self, prompts, references, right):

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.heads import SpeculatorConfig
 from specdec.training.stages import TargetStates
+from specdec.window import FixedWindow
 
 from tiny import plain_greedy_references
 

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.heads import SpeculatorConfig
 from specdec.heads.tree import TreeDraft
 from specdec.params import SamplingParams
 from specdec.training.stages import TargetStates
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, plain_greedy_references
 

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.graphs.static_pass import StaticPasses
 from specdec.heads import SpeculatorConfig
 from specdec.heads.mlp import MLPSpeculator
 from specdec.params import SamplingParams
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 

@@ -5,10 +5,10 @@ that already holds earlier requests (so long drafts are proposed and accepted)."
 import pytest
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters.suffix import SuffixDrafter, SuffixStore
 from specdec.engine import Engine
 from specdec.params import SamplingParams
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 

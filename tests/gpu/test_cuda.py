@@ -15,7 +15,6 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, EagleDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.heads import SpeculatorConfig
@@ -24,6 +23,7 @@ from specdec.heads.mlp import MLPSpeculator
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
 from specdec.params import SamplingParams
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import DraftModelDrafter, NgramDrafter, SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.graphs.static_pass import StaticPasses
@@ -27,6 +26,7 @@ from specdec.heads.mlp import MLPSpeculator
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
 from specdec.params import SamplingParams
+from specdec.window import AdaptiveWindow, FixedWindow
 
 from tiny import hf_tiny, staggered
 

@@ -22,7 +22,6 @@ from specdec.bench.timing_drafter import (
     realised_acceptance,
     records_from,
 )
-from specdec.cost_model import FixedWindow
 from specdec.drafters.eagle import EagleDrafter
 from specdec.engine import Engine
 from specdec.heads.eagle import build_eagle
@@ -30,6 +29,7 @@ from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
 from specdec.params import SamplingParams
 from specdec.training.stages import TargetStates
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, staggered
 

@@ -21,12 +21,12 @@ import torch
 from scipy.stats import chi2_contingency
 
 from specdec.acceptors import Draft, RejectionSampler, Verdict
-from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.drafters.draft_vocab import prune_vocab_head
 from specdec.drafters.suffix import SuffixDrafter, SuffixStore
 from specdec.engine import Engine
 from specdec.params import SamplingParams
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

@@ -15,8 +15,8 @@ from specdec.acceptors import (
     TokenAcceptor,
     Verdict,
 )
-from specdec.cost_model import PACE_WEIGHT, CostModel, expected_tokens
 from specdec.stats import SpecStats
+from specdec.window import CostModel, WindowConfig, expected_tokens
 
 V = 6
 ALL = [GreedyAcceptor(), RejectionSampler(), LossyTypicalAcceptor()]
@@ -354,7 +354,7 @@ def test_cost_model_interpolates_and_averages():
     assert costs.verify_time(1, 1) == 1.0
     costs.observe_verify(1, 1, 1.0)
     costs.observe_verify(1, 1, 2.0)  # then a running average (new weight 0.2) ...
-    pace = 2.0**PACE_WEIGHT  # ... at the host's pace, which this timing moved
+    pace = 2.0 ** WindowConfig().ema  # ... at the host's pace, which this timing moved
     assert costs.pace == pytest.approx(pace)
     plain = 0.8 * 1.0 + 0.2 * 2.0 / pace  # seconds at pace 1
     assert costs.verify_time(1, 1) == pytest.approx(pace * plain)

@@ -1,21 +1,25 @@
-"""The adaptive window, driven by a simulated system whose best window is known."""
+"""The measured cases behind each of `auto`'s mechanisms, simulated (its behaviours in
+general: test_window.py; the design: docs/design/auto.md)."""
 
 import itertools
 import random
 
 import pytest
+from window_steps import feed, feed_catch_up, feed_prefill, pick, price
 
-from specdec import cost_model
-from specdec.cost_model import (
-    FIRST_TIMINGS,
-    PACE_WEIGHT,
-    WARM_ACCEPTANCE_WEIGHT,
+from specdec.step_record import Batch, StepRecord
+from specdec.window import (
     AdaptiveWindow,
     CostModel,
     FixedWindow,
-    expected_tokens,
+    Phase,
+    WindowConfig,
+    pricing,
     startup_pays,
 )
+from specdec.window import costs as costs_module
+
+FIRST_TIMINGS = WindowConfig().first_timings
 
 
 def simulate(a: float, c: float, verify, steps: int = 400, rows: int = 1, seed: int = 0):
@@ -25,7 +29,7 @@ def simulate(a: float, c: float, verify, steps: int = 400, rows: int = 1, seed: 
     window = AdaptiveWindow(k_max=8)
     chosen, tokens, seconds = [], 0.0, 0.0
     for step in range(steps):
-        k = window.choose(rows)
+        k = pick(window, rows)
         reached, kept, run = [0] * k, [0] * k, True
         accepted = 0
         for i in range(k):
@@ -35,7 +39,7 @@ def simulate(a: float, c: float, verify, steps: int = 400, rows: int = 1, seed: 
                 kept[i] = rows if run else 0
                 accepted += run
         verify_s, draft_s = verify(k + 1), c * k
-        window.observe(rows, k, verify_s, draft_s, reached, kept)
+        feed(window, rows, k, verify_s, draft_s, reached, kept)
         if step >= 50:
             chosen.append(k)
             tokens += accepted + 1
@@ -43,43 +47,11 @@ def simulate(a: float, c: float, verify, steps: int = 400, rows: int = 1, seed: 
     return chosen, tokens / seconds
 
 
-def best_k(a, c, verify):
-    return max(range(9), key=lambda k: expected_tokens([a], k) / (k * c + verify(k + 1)))
-
-
-@pytest.mark.parametrize("a,c", [(0.9, 0.2), (0.7, 0.2), (0.8, 0.4), (0.95, 0.1)])
-def test_settles_near_the_best_window(a, c):
-    """Where speculation clearly pays (>= 25% here), auto gets within 10% of the best k."""
-
-    def verify(t):
-        return 1 + 0.02 * (t - 1)
-
-    chosen, rate = simulate(a, c, verify)
-    target = best_k(a, c, verify)
-    typical = max(set(chosen), key=chosen.count)
-    assert abs(typical - target) <= 1, (typical, target)
-    best_rate = expected_tokens([a], target) / (target * c + verify(target + 1))
-    assert rate > 0.9 * best_rate
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_marginal_gains_never_make_it_slower(seed):
     """Best window gains 13%: auto may stay conservative, but is never slower than plain."""
     chosen, rate = simulate(0.6, 0.4, lambda t: 1 + 0.02 * (t - 1), seed=seed)
     assert rate > 0.97
-
-
-def test_turns_speculation_off_when_it_cannot_pay():
-    chosen, rate = simulate(0.3, 0.5, lambda t: 1 + 0.02 * (t - 1))
-    assert chosen.count(0) > 0.9 * len(chosen)
-    assert rate > 0.95  # plain decoding makes 1 token per second here
-
-
-def test_turns_speculation_off_when_verify_is_compute_bound():
-    """At a large batch a pass over k+1 tokens per row costs ~k+1 times one token."""
-    chosen, rate = simulate(0.8, 0.2, lambda t: 1.0 * t, rows=16)
-    assert chosen.count(0) > 0.9 * len(chosen)
-    assert rate > 0.95
 
 
 def test_a_falling_curve_is_read_as_its_rising_envelope():
@@ -110,7 +82,7 @@ def test_a_flat_curve_timed_in_a_slow_moment_keeps_the_projections_growth():
     for seconds in (1.117, 1.103):
         costs.observe_verify(4, 1, seconds)
     costs.observe_verify(4, 2, 0.522)
-    least = 1 + cost_model.PROJECTION_SHARE * (1.302 - 1)  # 8 rows over 4
+    least = 1 + WindowConfig().projection_share * (1.302 - 1)  # 8 rows over 4
     assert costs.verify_time(4, 2) == pytest.approx(0.522)
     assert costs.verify_time(4, 2) / costs.verify_time(4, 1) == pytest.approx(least)
     assert costs.verify_time(4, 4) / costs.verify_time(4, 1) > least  # 16 rows: dearer still
@@ -146,9 +118,9 @@ def test_a_busy_host_does_not_make_a_losing_window_look_free(plans):
         for seed in range(30):
             rng, w, done = random.Random(seed), window(), 0.0
             if plans:
-                w.set_plan_seconds(INT4_PLANS, {})
+                price(w, INT4_PLANS, {})
             while done < 64:
-                k = w.choose(4)
+                k = pick(w, 4)
                 cost = 1 + 0.5 * k
                 timed = cost * (1.6 if rng.random() < 0.3 else rng.uniform(0.95, 1.05))
                 reached, kept, emitted = [0] * k, [0] * k, 0
@@ -159,7 +131,7 @@ def test_a_busy_host_does_not_make_a_losing_window_look_free(plans):
                             break
                         kept[i] += 1
                         emitted += 1
-                w.observe(4, k, timed, 0.0, reached, kept)
+                feed(w, 4, k, timed, 0.0, reached, kept)
                 done += 1 + emitted / 4
                 true_s += cost
         return true_s
@@ -228,11 +200,11 @@ def generate(window, a, c, verify, rows=1, tokens=64, prompt=64, seeds=range(6))
         w = window()
         done = [0] * rows
         while min(done) < tokens:
-            k = w.choose(rows)
+            k = pick(w, rows)
             reached, kept = one_step(rng, a, k, done, tokens)
             context = prompt + sum(done) // rows
             verify_s, draft_s = verify(k + 1, context), c * k
-            w.observe(rows, k, verify_s, draft_s, reached, kept)
+            feed(w, rows, k, verify_s, draft_s, reached, kept)
             total_s += verify_s + draft_s
         total_tokens += rows * tokens
     return total_tokens / total_s
@@ -301,17 +273,17 @@ def test_guard_backs_off_when_speculation_realises_less_than_plain():
     steps (no probes), twice as long when it trips again, reset once a check passes."""
     w = AdaptiveWindow(k_max=4, guard_steps=4, backoff=5)
     for _ in range(FIRST_TIMINGS):  # plain: 1 s per token
-        w.observe(1, 0, 1.0, 0.0, [], [])
+        feed(w, 1, 0, 1.0, 0.0, [], [])
 
     def check(seconds, accepted):  # guard_steps steps of k = 2
-        for _ in range(w.guard_steps):
-            w.observe(1, 2, seconds - 0.2, 0.2, [1, 1], [accepted, accepted])
+        for _ in range(w.config.guard_steps):
+            feed(w, 1, 2, seconds - 0.2, 0.2, [1, 1], [accepted, accepted])
         # Acceptance as the model sees it: perfect, so only the guard can say no.
-        w._reached, w._kept = [100.0, 100.0], [100.0, 100.0]
+        w.acceptance.reached, w.acceptance.kept = [100.0, 100.0], [100.0, 100.0]
 
     def off_for():
         n = 0
-        while w.choose(1) == 0:
+        while pick(w, 1) == 0:
             n += 1
         return n
 
@@ -332,16 +304,19 @@ def test_the_guard_credits_how_far_the_batch_went():
     mean read 1.5 tokens a step (k = 1 steps at 1.47 plain steps: 1.02x, passes) where the
     batch went 1.41 (0.96x: fails the 0.97 floor)."""
 
-    def guarded(progress):
+    def guarded(whole_batch):
         w = AdaptiveWindow(k_max=4, guard_steps=4, backoff=5)
         for _ in range(FIRST_TIMINGS):  # plain: 1 s per token
-            w.observe(2, 0, 1.0, 0.0, [], [])
-        for _ in range(w.guard_steps):  # 2 tied rows, one keeps its draft
-            w.observe(2, 1, 1.42, 0.05, [2], [1], judged=2, progress=progress)
-        return w._off
+            feed(w, 2, 0, 1.0, 0.0, [], [])
+        for _ in range(w.config.guard_steps):  # 2 tied rows, one keeps its draft
+            step = StepRecord(2, 1, 2, drafted=(1, 1), accepted=(1, 0), left=(9, 9),
+                              left_after=(7, 8), whole_batch=whole_batch, draft_s=0.05,
+                              verify_s=1.42)  # fmt: skip
+            w.observe(step)
+        return w.guard.off
 
-    assert guarded(progress=None) == 0  # credited 1 + 1 / 2 = 1.5 tokens: 1.02x
-    assert guarded(progress=1.41) == 5  # 0.96x: off for `backoff` steps
+    assert guarded(whole_batch=False) == 0  # credited 1 + 1 / 2 = 1.5 tokens: 1.02x
+    assert guarded(whole_batch=True) == 5  # the batch went 1 token: off for `backoff` steps
 
 
 def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
@@ -351,31 +326,31 @@ def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
     and a batch joining live rows forgets nothing."""
     w = AdaptiveWindow(k_max=4, guard_steps=4, backoff=5)
     for _ in range(FIRST_TIMINGS):  # plain: 1 s per token
-        w.observe(1, 0, 1.0, 0.0, [], [])
+        feed(w, 1, 0, 1.0, 0.0, [], [])
 
     def trip():  # guard_steps steps of k = 2 emitting 1 token in 2 s
-        for _ in range(w.guard_steps):
-            w.observe(1, 2, 1.8, 0.2, [1, 1], [0, 0])
-        w._reached, w._kept = [100.0, 100.0], [100.0, 100.0]  # the model says: pays
+        for _ in range(w.config.guard_steps):
+            feed(w, 1, 2, 1.8, 0.2, [1, 1], [0, 0])
+        w.acceptance.reached, w.acceptance.kept = [100.0, 100.0], [100.0, 100.0]
 
     trip()
-    w.observe_prefill(1, 10, 10, 0.1)  # joins live rows: still off
-    assert w.choose(1) == 0
-    w.observe_prefill(1, 10, 10, 0.1, True)  # a new batch: forgotten
-    assert w.choose(1) > 0
+    feed_prefill(w, 1, 10, 10, 0.1)  # joins live rows: still off
+    assert pick(w, 1) == 0
+    feed_prefill(w, 1, 10, 10, 0.1, True)  # a new batch: forgotten
+    assert pick(w, 1) > 0
     trip()  # the second trip in a row
-    w.observe_prefill(1, 10, 10, 0.1, True)
-    assert w.choose(1) == 0
+    feed_prefill(w, 1, 10, 10, 0.1, True)
+    assert pick(w, 1) == 0
 
 
 def _looking_window() -> AdaptiveWindow:
     """A window with a 0.27 draft ratio and its first 47 ms plain steps, about to take its first
     k = 1 look (the int4 pair as traced on the Xeon AMX)."""
     w = AdaptiveWindow()
-    w.set_draft_ratio(0.27)
+    price(w, ratio=0.27)
     for _ in range(FIRST_TIMINGS):
-        w.observe(1, 0, 0.047, 0.0, [], [])
-    assert w.choose(1) == 1  # the first look
+        feed(w, 1, 0, 0.047, 0.0, [], [])
+    assert pick(w, 1) == 1  # the first look
     return w
 
 
@@ -386,25 +361,25 @@ def test_a_first_look_timed_far_over_its_price_is_taken_again():
     cold `auto` never drafted again. A look timed at over twice the plans' price gets a
     second one, whose timings replace the first where faster."""
     w = _looking_window()
-    w.observe(1, 1, 0.070, 0.063, [1], [1], draft_first_s=0.063)
-    assert w.choose(1) == 2  # a second look, two tokens wide, not plain decoding
-    w.observe(1, 2, 0.056, 0.048, [1, 1], [1, 1], draft_first_s=0.024)
+    feed(w, 1, 1, 0.070, 0.063, [1], [1], draft_first_s=0.063)
+    assert pick(w, 1) == 2  # a second look, two tokens wide, not plain decoding
+    feed(w, 1, 2, 0.056, 0.048, [1, 1], [1, 1], draft_first_s=0.024)
     assert w.costs.draft_time(1) == pytest.approx(0.024)
     assert w.costs.draft_seconds(1, 1) == pytest.approx(0.024)
-    assert w.choose(1) >= 1  # drafting pays at its settled cost
+    assert pick(w, 1) >= 1  # drafting pays at its settled cost
     # A first step near its price is taken as it is: no second look.
     w = _looking_window()
-    w.observe(1, 1, 0.052, 0.020, [1], [0], draft_first_s=0.020)
+    feed(w, 1, 1, 0.052, 0.020, [1], [0], draft_first_s=0.020)
     assert not w.costs.look_unsettled(1)
     # The look's two-token pass timed far over the plain step (its first call) also gets a
     # second look, whose timing replaces the first.
     w = _looking_window()
-    w.observe(1, 1, 0.100, 0.024, [1], [1], draft_first_s=0.024)
-    assert w.choose(1) == 2
-    w.observe(1, 2, 0.056, 0.048, [1, 1], [1, 1], draft_first_s=0.024)
+    feed(w, 1, 1, 0.100, 0.024, [1], [1], draft_first_s=0.024)
+    assert pick(w, 1) == 2
+    feed(w, 1, 2, 0.056, 0.048, [1, 1], [1, 1], draft_first_s=0.024)
     assert w.costs.verify_time(1, 2) <= 0.056
     assert not w.costs.look_unsettled(1)
-    assert w.choose(1) >= 1
+    assert pick(w, 1) >= 1
 
 
 def test_plain_reference_is_the_fastest_of_its_first_steps():
@@ -414,14 +389,14 @@ def test_plain_reference_is_the_fastest_of_its_first_steps():
     FIRST_TIMINGS plain steps per batch size, the fastest kept."""
     assert FIRST_TIMINGS == 3
     w = AdaptiveWindow()
-    assert w.choose(2) == 0
+    assert pick(w, 2) == 0
     for seconds in (3.0, 1.25, 1.0):
-        w.observe(2, 0, seconds, 0.0, [], [])
+        feed(w, 2, 0, seconds, 0.0, [], [])
         assert w.costs.verify_time(2, 1) == min(3.0, seconds)
         assert w.costs.pace == 1.0  # the first timings are no pace: some pay set-up
-    assert w.choose(2) == 1  # then the cheapest window that times the drafter
-    w.observe(2, 0, 2.0, 0.0, [], [])  # later passes: a running average at the host's pace
-    pace = 2.0**PACE_WEIGHT  # an established width moves the pace by its ratio
+    assert pick(w, 2) == 1  # then the cheapest window that times the drafter
+    feed(w, 2, 0, 2.0, 0.0, [], [])  # later passes: a running average at the host's pace
+    pace = 2.0 ** WindowConfig().ema  # an established width moves the pace by its ratio
     assert w.costs.pace == pytest.approx(pace)
     assert w.costs.verify_time(2, 1) == pytest.approx(pace * (0.8 * 1.0 + 0.2 * 2.0 / pace))
 
@@ -432,8 +407,8 @@ def test_no_probes_where_a_perfect_drafter_could_not_pay():
     chosen = []
 
     class Recording(AdaptiveWindow):
-        def choose(self, rows):
-            chosen.append(super().choose(rows))
+        def choose(self, batch):
+            chosen.append(super().choose(batch))
             return chosen[-1]
 
     system = dict(a=0.6, c=0.54, verify=lambda t, ctx: 1 + 0.46 * (t - 1), rows=16)
@@ -459,23 +434,23 @@ def generate_lazy(window, a, c, verify, rows, tokens, prompt, prefill, ratio, se
     for seed in seeds:
         rng = random.Random(seed)
         w = window()
-        w.set_draft_ratio(ratio)
+        price(w, ratio=ratio)
         prefill_s = prefill * rows * prompt
-        w.observe_prefill(rows, prompt, rows * prompt, prefill_s)
+        feed_prefill(w, rows, prompt, rows * prompt, prefill_s)
         total_s += prefill_s
         done, behind = [1] * rows, True  # the prefill made each row's first token
         while min(done) < tokens:
             catch_up = rows * (prompt + done[0] - 1) if behind else 0
-            k = w.choose(rows, catch_up=catch_up, remaining=tokens - min(done))
+            k = pick(w, rows, catch_up=catch_up, remaining=tokens - min(done))
             if k and behind:
                 seconds = ratio * prefill * catch_up
-                w.observe_catch_up(catch_up, seconds)
+                feed_catch_up(w, catch_up, seconds)
                 total_s += seconds
                 caught += catch_up
                 behind = False
             reached, kept = one_step(rng, a, k, done, tokens)
             verify_s, draft_s = verify(k + 1, prompt + min(done)), c * k
-            w.observe(rows, k, verify_s, draft_s, reached, kept)
+            feed(w, rows, k, verify_s, draft_s, reached, kept)
             total_s += verify_s + draft_s
         total_tokens += rows * tokens
     return total_tokens / total_s, caught
@@ -555,21 +530,21 @@ def serve_lazy(window, a, c, verify, prompt, prefill, ratio, requests, tokens=64
     for seed in seeds:
         rng = random.Random(seed)
         w = window()
-        w.set_draft_ratio(ratio)
+        price(w, ratio=ratio)
         for _ in range(requests):
-            w.observe_prefill(1, prompt, prompt, prefill * prompt)
+            feed_prefill(w, 1, prompt, prompt, prefill * prompt)
             total_s += prefill * prompt
             done, behind = [1], True
             while done[0] < tokens:
                 catch_up = prompt + done[0] - 1 if behind else 0
-                k = w.choose(1, catch_up=catch_up, remaining=tokens - done[0])
+                k = pick(w, 1, catch_up=catch_up, remaining=tokens - done[0])
                 if k and behind:
-                    w.observe_catch_up(catch_up, ratio * prefill * catch_up)
+                    feed_catch_up(w, catch_up, ratio * prefill * catch_up)
                     total_s += ratio * prefill * catch_up
                     behind = False
                 reached, kept = one_step(rng, a, k, done, tokens)
                 verify_s, draft_s = verify(k + 1, prompt + done[0]), c * k
-                w.observe(1, k, verify_s, draft_s, reached, kept)
+                feed(w, 1, k, verify_s, draft_s, reached, kept)
                 total_s += verify_s + draft_s
             total_tokens += tokens
     return total_tokens / total_s
@@ -603,10 +578,8 @@ def test_a_first_look_at_a_modest_drafter_pays_over_a_run_of_requests(a):
             assert auto >= 0.975 * plain
     # The look is what changed: with only the cold bar, four requests never draft.
     window = AdaptiveWindow()
-    window._may_start = (
-        lambda *args: startup_pays(  # noqa: SLF001
-            window.costs, 1, window.prior_alpha(), 8, *args[1:]
-        )
+    window._may_start = lambda batch: startup_pays(
+        window.costs, 1, window.acceptance.prior(), 8, batch.catch_up, batch.remaining
     )
     assert serve_lazy(lambda: window, requests=4, seeds=[0], **pair) == pytest.approx(
         serve_lazy(fixed0, requests=4, seeds=[0], **pair)
@@ -624,7 +597,7 @@ SHORT_REQUESTS = dict(
 
 def _planned_window():
     window = AdaptiveWindow()
-    window.set_plan_seconds(
+    price(window,
         {1: 1.0, 2: 1.02, 4: 1.06, 8: 1.15, 16: 1.3, 32: 1.6},
         {1: 0.4, 2: 0.41, 4: 0.43, 8: 0.5, 16: 0.9, 32: 1.5},
     )
@@ -646,7 +619,8 @@ def test_a_look_refused_at_every_request_is_taken_from_the_plain_steps_spent(a, 
     else:
         assert auto >= 0.985 * plain
     # Bounded by the decoding ahead alone (as before), it never looks.
-    monkeypatch.setattr(AdaptiveWindow, "observe_plain_spent", lambda self, s: None)
+    never = property(lambda _: 0.0, lambda *_: None)
+    monkeypatch.setattr(AdaptiveWindow, "_unlooked_s", never, raising=False)
     assert serve_lazy(_planned_window, a=a, requests=4, **SHORT_REQUESTS) == pytest.approx(plain)
 
 
@@ -685,7 +659,7 @@ def test_a_process_starts_from_the_last_ones_acceptance(a):
     earlier = AdaptiveWindow()
     serve_lazy(lambda: earlier, requests=4, seeds=[0], **pair)
     state = earlier.acceptance_state()
-    assert 0 < state["reached"][0] <= WARM_ACCEPTANCE_WEIGHT
+    assert 0 < state["reached"][0] <= WindowConfig().look_draws
 
     def warm():
         window = AdaptiveWindow()
@@ -710,19 +684,19 @@ def test_a_look_is_priced_per_row_and_later_starts_on_what_was_measured():
     rows, plain_s, prompt, prefill_s, left = STARTUPS["8x64"]
     window = AdaptiveWindow()
     window.costs = _startup_costs(rows, plain_s, prompt, prefill_s)
-    window.observe_prefill(rows, prompt, rows * prompt, prefill_s)
-    assert not window._may_start(rows, rows * prompt, left)
+    feed_prefill(window, rows, prompt, rows * prompt, prefill_s)
+    assert not window._may_start(Batch(rows, left, rows * prompt))
     one = AdaptiveWindow()
     one.costs = _startup_costs(1, 0.033, 46, 0.5, ratio=0.32)
-    assert not startup_pays(one.costs, 1, one.prior_alpha(), 8, 46, 63)  # the cold bar: no
-    assert one._may_start(1, 46, 63)  # but a look, from the first admission on
+    assert not startup_pays(one.costs, 1, one.acceptance.prior(), 8, 46, 63)  # the cold bar: no
+    assert one._may_start(Batch(1, 63, 46))  # but a look, from the first admission on
     counts = {True: ([1, 1], [1, 1]), False: ([1, 0], [0, 0])}  # (reached, kept) per step
     for good, (reached, kept) in counts.items():  # every draft kept / the first rejected
         informed = AdaptiveWindow()
         informed.costs = _startup_costs(1, 0.033, 46, 0.5, ratio=0.32)
         for _ in range(6):  # k = 2 steps: a verify of 1.52 plain steps, c = 0.39
-            informed.observe(1, 2, 0.050, 0.026, reached, kept)
-        assert informed._may_start(1, 46, 63) is good
+            feed(informed, 1, 2, 0.050, 0.026, reached, kept)
+        assert informed._may_start(Batch(1, 63, 46)) is good
 
 
 def _startup_costs(rows, plain_s, prompt, prefill_s, ratio=0.273):
@@ -731,7 +705,7 @@ def _startup_costs(rows, plain_s, prompt, prefill_s, ratio=0.273):
     costs = CostModel()
     for _ in range(FIRST_TIMINGS):
         costs.observe_verify(rows, 1, plain_s)
-    costs.observe_prefill(rows, prompt, rows * prompt, prefill_s)
+    pricing.observe_prefill(costs, (prompt,) * rows, prefill_s)
     costs.draft_ratio = ratio
     return costs
 
@@ -760,7 +734,7 @@ def test_startup_takes_no_marginal_bets(name, starts):
     is large it still starts."""
     rows, plain_s, prompt, prefill_s, left = STARTUPS[name]
     costs = _startup_costs(rows, plain_s, prompt, prefill_s)
-    alpha = AdaptiveWindow().prior_alpha()
+    alpha = AdaptiveWindow().acceptance.prior()
     assert startup_pays(costs, rows, alpha, 8, rows * prompt, left) is starts
     assert startup_pays(costs, rows, alpha, 8, rows * prompt, left, min_gain=0.0)
 
@@ -769,7 +743,7 @@ def test_startup_prices_the_window_it_will_reach():
     """Batch 1 after a 1024-token prompt, 128 tokens to generate: priced at its first
     k = 1 step the start-up does not clear the bar; at the best window (where it settles)
     it does. Likewise 2 x 256 with 64 tokens."""
-    alpha = AdaptiveWindow().prior_alpha()
+    alpha = AdaptiveWindow().acceptance.prior()
     for name, left in (("1x1024", 127), ("2x256", 61)):
         rows, plain_s, prompt, prefill_s, _ = STARTUPS[name]
         costs = _startup_costs(rows, plain_s, prompt, prefill_s)
@@ -788,8 +762,8 @@ def test_startup_keeps_its_curve_when_the_batch_shrinks():
     for _ in range(FIRST_TIMINGS):
         costs.observe_verify(rows - 1, 1, plain_s * 0.95)
     for k in (1, 2, 4, 8):
-        borrowed = costs.startup_verify_time(rows - 1, k + 1)
-        assert borrowed == pytest.approx(own.startup_verify_time(rows - 1, k + 1), rel=0.1)
+        borrowed = pricing.startup_verify_time(costs, rows - 1, k + 1)
+        assert borrowed == pytest.approx(pricing.startup_verify_time(own, rows - 1, k + 1), rel=0.1)
         assert borrowed > (1 + 0.1 * k) * plain_s * 0.95
 
 
@@ -799,18 +773,18 @@ def test_a_refused_start_stands_until_the_next_admission(monkeypatch):
     admission price the start again, and a yes clears the refusal."""
     window = AdaptiveWindow()
     priced, answer = [], [False]
-    monkeypatch.setattr(window, "_choose", lambda rows: 1)
+    monkeypatch.setattr(window, "_next", lambda rows: (Phase.DRAFT, 1))
     monkeypatch.setattr(window, "_may_start", lambda *args: priced.append(args) or answer[0])
-    assert window.choose(1, catch_up=50, remaining=30) == 0
-    assert window.choose(1, catch_up=51, remaining=29) == 0
-    assert window.choose(1, catch_up=52, remaining=28) == 0
+    assert pick(window, 1, catch_up=50, remaining=30) == 0
+    assert pick(window, 1, catch_up=51, remaining=29) == 0
+    assert pick(window, 1, catch_up=52, remaining=28) == 0
     assert len(priced) == 1
-    assert window.choose(1, catch_up=53, remaining=40) == 0 and len(priced) == 2
-    assert window.choose(2, catch_up=54, remaining=27) == 0 and len(priced) == 3
-    window.observe_prefill(1, 10, 10, 0.1)
+    assert pick(window, 1, catch_up=53, remaining=40) == 0 and len(priced) == 2
+    assert pick(window, 2, catch_up=54, remaining=27) == 0 and len(priced) == 3
+    feed_prefill(window, 1, 10, 10, 0.1)
     answer[0] = True
-    assert window.choose(2, catch_up=55, remaining=26) == 1 and len(priced) == 4
-    assert window.choose(2, catch_up=56, remaining=25) == 1 and len(priced) == 5
+    assert pick(window, 2, catch_up=55, remaining=26) == 1 and len(priced) == 4
+    assert pick(window, 2, catch_up=56, remaining=25) == 1 and len(priced) == 5
 
 
 def _drafted_once_then_rejected(plain_s=0.022, verify2_s=0.0255):
@@ -819,9 +793,9 @@ def _drafted_once_then_rejected(plain_s=0.022, verify2_s=0.0255):
     (1 kept of 2 at the first position) puts k = 1 at 1.0-1.03x plain."""
     window = AdaptiveWindow()
     for _ in range(FIRST_TIMINGS):
-        window.observe(1, 0, plain_s, 0.0, [], [])
-    window.observe(1, 1, verify2_s, 0.0105, [1], [1], draft_first_s=0.0105)
-    window.observe(1, 3, 0.0327, 0.0297, [1, 0, 0], [0, 0, 0], draft_first_s=0.0105)
+        feed(window, 1, 0, plain_s, 0.0, [], [])
+    feed(window, 1, 1, verify2_s, 0.0105, [1], [1], draft_first_s=0.0105)
+    feed(window, 1, 3, 0.0327, 0.0297, [1, 0, 0], [0, 0, 0], draft_first_s=0.0105)
     return window
 
 
@@ -831,12 +805,12 @@ def test_one_early_rejection_does_not_end_drafting():
     again, and one rejection at batch 1 (acceptance 0.8 read as 1 of 2) ended drafting for
     the rest of a chat request where k = 3 measured 1.07-1.26x plain."""
     window = _drafted_once_then_rejected()
-    k, speedup = window.costs.best_window(1, window.alpha, 8)
-    assert 1.0 < speedup < 1 + window.margin  # a fresh start would not clear the bar
-    window._drafting = True  # the k = 3 step above was chosen by `choose`
-    assert window.choose(1, catch_up=0, remaining=56) >= 1
+    k, speedup = window.costs.best_window(1, window.acceptance.alpha, 8)
+    assert 1.0 < speedup < 1 + window.config.margin  # a fresh start would not clear the bar
+    window.phase = Phase.DRAFT  # the k = 3 step above was chosen by `choose`
+    assert pick(window, 1, catch_up=0, remaining=56) >= 1
     fresh = _drafted_once_then_rejected()  # not drafting: the bar holds
-    assert fresh.choose(1, catch_up=0, remaining=56) == 0
+    assert pick(fresh, 1, catch_up=0, remaining=56) == 0
 
 
 def test_a_probe_restarts_a_lazy_draft_when_its_catch_up_is_cheap():
@@ -848,14 +822,14 @@ def test_a_probe_restarts_a_lazy_draft_when_its_catch_up_is_cheap():
     def probe(remaining, catch_up_s=0.100):
         window = AdaptiveWindow(probe_every=4)
         for _ in range(FIRST_TIMINGS):
-            window.observe(1, 0, 0.022, 0.0, [], [])
+            feed(window, 1, 0, 0.022, 0.0, [], [])
         for _ in range(3):  # a poor stretch: every first draft rejected
-            window.observe(1, 1, 0.026, 0.011, [1], [0], draft_first_s=0.011)
-        window.observe_catch_up(46, catch_up_s)
+            feed(window, 1, 1, 0.026, 0.011, [1], [0], draft_first_s=0.011)
+        feed_catch_up(window, 46, catch_up_s)
         chosen = []
         for step in range(8):  # plain steps: the catch-up grows by one each
-            chosen.append(window.choose(1, catch_up=step + 1, remaining=remaining - step))
-            window.observe(1, chosen[-1], 0.022, 0.0, [], [])
+            chosen.append(pick(window, 1, catch_up=step + 1, remaining=remaining - step))
+            feed(window, 1, chosen[-1], 0.022, 0.0, [], [])
             if chosen[-1]:
                 break
         return chosen
@@ -875,10 +849,10 @@ def on_a_drifting_host(window, a, slow, tokens=512, seeds=range(6)):
         for n in itertools.count():
             if done[0] >= tokens:
                 break
-            k = w.choose(1)
+            k = pick(w, 1)
             reached, kept = one_step(rng, a, k, done, tokens)
             verify_s, draft_s = slow(n) * (1 + 0.08 * k), slow(n) * 0.35 * k
-            w.observe(1, k, verify_s, draft_s, reached, kept)
+            feed(w, 1, k, verify_s, draft_s, reached, kept)
             total_s += verify_s + draft_s
         total_tokens += tokens
     return total_tokens / total_s
@@ -898,7 +872,8 @@ def test_the_window_prices_at_the_hosts_pace(a, slow, monkeypatch):
     timed again keeps it within 5%."""
     best = max(on_a_drifting_host(lambda k=k: FixedWindow(k), a, slow) for k in range(1, 6))
     assert on_a_drifting_host(AdaptiveWindow, a, slow) >= 0.95 * best
-    monkeypatch.setattr(cost_model, "PACE_WEIGHT", 0.0)  # each width's own running average
+    pace_one = property(lambda _: 1.0, lambda *_: None)  # each width's own running average
+    monkeypatch.setattr(CostModel, "pace", pace_one)
     assert on_a_drifting_host(AdaptiveWindow, a, slow) < 0.94 * best
 
 
@@ -913,20 +888,20 @@ def test_a_plain_step_timed_slow_at_the_start_does_not_keep_a_losing_window(mono
     judged by a guard using it, it kept drafting until its probes re-timed the plain
     step (0.965x)."""
     if not monotone:  # the curve as timed: the check that this test can fail
-        monkeypatch.setattr(cost_model, "_rising", lambda table, least=None: table)
+        monkeypatch.setattr(costs_module, "_rising", lambda table, least=None: table)
 
     def run(window):
         total_s, tokens = 0.0, 0
         for seed in range(6):
             rng, w, done, plain_steps = random.Random(seed), window(), [0], 0
             while done[0] < 512:
-                k = w.choose(1)
+                k = pick(w, 1)
                 reached, kept = one_step(rng, 0.3, k, done, 512)
                 plain_steps += k == 0
                 verify_s = (
                     (1.4 if plain_steps <= FIRST_TIMINGS else 1.0) if k == 0 else 1 + 0.05 * k
                 )
-                w.observe(1, k, verify_s, 0.35 * k, reached, kept)
+                feed(w, 1, k, verify_s, 0.35 * k, reached, kept)
                 total_s += verify_s + 0.35 * k
             tokens += 512
         return tokens / total_s
@@ -954,10 +929,10 @@ def test_drafting_retimes_the_plain_step_it_is_priced_against(a):
             for n in itertools.count():
                 if done[0] >= 512:
                     break
-                k = w.choose(1)
+                k = pick(w, 1)
                 reached, kept = one_step(rng, a, k, done, 512)
                 verify_s = (1.4 if n < 40 else 1.0) if k == 0 else 1 + 0.15 * k
-                w.observe(1, k, verify_s, 0.6 * k, reached, kept)
+                feed(w, 1, k, verify_s, 0.6 * k, reached, kept)
                 total_s += verify_s + 0.6 * k
             tokens += 512
         return tokens / total_s
@@ -967,43 +942,42 @@ def test_drafting_retimes_the_plain_step_it_is_priced_against(a):
     assert run(AdaptiveWindow) >= 0.985 * plain
 
 
-def _after_a_look_rejected_in_a_slow_moment(seed: int, a: float = 0.8) -> tuple[float, int]:
+def _after_a_look_rejected_in_a_slow_moment(seed, a=0.8, look_draws=8.0) -> tuple[float, int]:
     """The sweep's bf16 256 x 4 point as the bench runs it (a batch the caller waits for
     as a whole: one draw a step): plain 0.145 s, a 2-token pass 1.09x that and a draft
     token 0.025 s. The look's one step is timed in a slow moment (1.28x, 0.033 s) and its
     one draw rejected. The rest of a 64-token run, a plain step leaving the lazy draft a
     token behind per row: (speedup over plain, steps that drafted)."""
     rng = random.Random(seed)
-    window = AdaptiveWindow()
+    window = AdaptiveWindow(look_draws=look_draws)
     plain = 0.145
     for _ in range(FIRST_TIMINGS):
-        window.observe(4, 0, plain, 0.0, [], [])
-    window._drafting = True  # the look, started by `choose`
-    window.observe(4, 1, 0.185, 0.033, [1], [0], judged=1, progress=1.0)
+        feed(window, 4, 0, plain, 0.0, [], [])
+    window.phase = Phase.DRAFT  # the look, started by `choose`
+    feed(window, 4, 1, 0.185, 0.033, [1], [0], progress=1)
     done, behind, spent, drafted = 2, 0, 0.0, 0
     while done < 64:
-        k = window.choose(4, catch_up=4 * behind, remaining=64 - done)
+        k = pick(window, 4, catch_up=4 * behind, remaining=64 - done)
         if k == 0:
-            window.observe(4, 0, plain, 0.0, [], [])
+            feed(window, 4, 0, plain, 0.0, [], [])
             spent, done, behind = spent + plain, done + 1, behind + 1
             continue
         if behind:  # the catch-up: 0.9 s for 1024 tokens
-            window.observe_catch_up(4 * behind, 0.9 * 4 * behind / 1024)
+            feed_catch_up(window, 4 * behind, 0.9 * 4 * behind / 1024)
             spent, behind = spent + 0.9 * 4 * behind / 1024, 0
         kept = 0
         while kept < k and rng.random() < a:
             kept += 1
         reached = [1] * min(k, kept + 1) + [0] * (k - min(k, kept + 1))
         verify, draft = plain * (1 + 0.09 * k), 0.025 * k
-        window.observe(
+        feed(window,
             4,
             k,
             verify,
             draft,
             reached,
             [1] * kept + [0] * (k - kept),
-            judged=1,
-            progress=1.0 + kept,
+            progress=1 + kept,
         )
         spent, done, drafted = spent + verify + draft, done + 1 + kept, drafted + 1
     return (done - 2) * plain / spent, drafted
@@ -1017,8 +991,7 @@ def test_a_look_goes_on_past_one_rejection_timed_in_a_slow_moment(monkeypatch):
     with the look cut at its first draw (LOOK_DRAWS = 0) no run drafts again."""
     runs = [_after_a_look_rejected_in_a_slow_moment(seed) for seed in range(6)]
     assert all(speedup > 1.3 and drafted > 15 for speedup, drafted in runs), runs
-    monkeypatch.setattr(cost_model, "LOOK_DRAWS", 0.0)
-    cut = [_after_a_look_rejected_in_a_slow_moment(seed) for seed in range(6)]
+    cut = [_after_a_look_rejected_in_a_slow_moment(seed, look_draws=0.0) for seed in range(6)]
     assert all(drafted == 0 for _, drafted in cut), cut
 
 

@@ -9,14 +9,14 @@ from specdec.bench.analysis import derive
 from specdec.bench.costs import cost_model, forward_seconds
 from specdec.bench.plan import PRESETS, Point, build_points, check_methods, override
 from specdec.bench.results import ResultStore
-from specdec.cost_model import (
+from specdec.errors import InvalidParameterError
+from specdec.window import (
     AdaptiveWindow,
     CostModel,
     conditional_acceptance,
     expected_tokens,
     predict_speedup,
 )
-from specdec.errors import InvalidParameterError
 
 # ----------------------------------------------------------------------------- costs
 
@@ -72,7 +72,7 @@ def test_conditional_acceptance():
 
 @pytest.mark.parametrize("a,c,k", [(0.8, 0.2, 4), (0.6, 0.4, 2), (0.95, 0.1, 8)])
 def test_predict_speedup_is_the_design_formula(a, c, k):
-    """i.i.d. acceptance a: S = (1 - a^(k+1)) / ((1 - a)(k c + v(k))) (DESIGN.md)."""
+    """i.i.d. acceptance a: S = (1 - a^(k+1)) / ((1 - a)(k c + v(k))) (docs/design/)."""
     step = 0.1
     v = {j: 1 + 0.02 * j for j in range(17)}  # relative verify cost
     costs = CostModel.measured(1, {j: step * v[j] for j in v}, draft_step_s=c * step)
@@ -137,7 +137,7 @@ def test_derive_predictions_and_costs():
     assert auto["predicted_speedup"] == pytest.approx(s, abs=1e-4)
     # Speculation not predicted to pay by the window's margin: plain, k = 0.
     assert ngram["predicted_best_k"] == 0 and ngram["predicted_speedup"] == 1.0
-    assert AdaptiveWindow().margin > 0
+    assert AdaptiveWindow().config.margin > 0
 
 
 def test_derive_without_a_plain_row_or_costs():

@@ -3,11 +3,12 @@
 import json
 
 import pytest
+from window_steps import feed, pick
 
-from specdec.cost_cache import cost_file, load_acceptance, load_costs
-from specdec.cost_model import WARM_ACCEPTANCE_WEIGHT, AdaptiveWindow, CostModel
 from specdec.llm import LLM
 from specdec.params import SamplingParams
+from specdec.window import AdaptiveWindow, CostModel, WindowConfig, pricing
+from specdec.window.cache import cost_file, load_acceptance, load_costs
 
 from tiny import hf_tiny, tiny_tokenizer
 
@@ -18,8 +19,8 @@ def test_cost_model_round_trips_through_json():
     costs.observe_verify(1, 1, 0.009)
     costs.observe_verify(2, 5, 0.030)
     costs.observe_draft(1, 4, 0.008)
-    costs.observe_prefill(1, 40, 40, 0.2)
-    costs.observe_catch_up(40, 0.05)
+    pricing.observe_prefill(costs, (40,), 0.2)
+    pricing.observe_catch_up(costs, 40, 0.05)
     costs.draft_ratio = 0.3
     back = CostModel.from_json(json.loads(json.dumps(costs.to_json())))
     assert back == costs
@@ -73,7 +74,7 @@ def test_a_fresh_llm_starts_from_the_last_ones_acceptance(tiny_dir, tmp_path, mo
     first = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="fp32")
     first.generate(["a b c a b c a b c a b c"], SamplingParams(temperature=0, max_tokens=48))
     state = first.engine.window.acceptance_state()
-    assert state["reached"] and 0 < state["reached"][0] <= WARM_ACCEPTANCE_WEIGHT
+    assert state["reached"] and 0 < state["reached"][0] <= WindowConfig().look_draws
     (stored,) = (tmp_path / "home" / "costs").glob("*.json")
     assert load_acceptance(stored) == state
 
@@ -102,12 +103,12 @@ def test_a_stored_draft_cost_far_over_its_price_is_looked_at_again():
 
     window = AdaptiveWindow()
     window.costs = CostModel.from_json(data)
-    window.set_draft_ratio(0.08)  # the bytes a draft step reads, against the target's
+    window.costs.draft_ratio = 0.08  # the bytes a draft step reads, against the target's
     window.start_from({"reached": [8.0, 6.0, 5.0], "kept": [6.0, 5.0, 4.0]})
-    assert window.choose(1) == 2  # a look, where the stored costs alone say plain
-    window.observe(1, 2, 0.145, 0.040, [1, 1], [1, 1], draft_first_s=0.020)
+    assert pick(window, 1) == 2  # a look, where the stored costs alone say plain
+    feed(window, 1, 2, 0.145, 0.040, [1, 1], [1, 1], draft_first_s=0.020)
     assert window.costs.draft_seconds(1, 2) == pytest.approx(0.040)
-    assert window.choose(1) > 0
+    assert pick(window, 1) > 0
 
     # Stored at its price, the warm start is taken as it is: no look is forced.
     calm = CostModel()

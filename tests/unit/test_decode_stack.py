@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor
-from specdec.cost_model import FixedWindow
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.kernels import native
@@ -13,6 +12,7 @@ from specdec.kernels.decode_stack import DecodeStack
 from specdec.kernels.linear import BUCKETS, Linear
 from specdec.kernels.quant import quantize
 from specdec.params import SamplingParams
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 

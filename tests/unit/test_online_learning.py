@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from specdec.acceptors import GreedyAcceptor
-from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
@@ -17,6 +16,7 @@ from specdec.heads import build_speculator, load_speculator
 from specdec.params import SamplingParams
 from specdec.training.online import LearnConfig, OnlineLearner, TrafficBuffer
 from specdec.training.stages import TargetStates
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf
 
@@ -337,15 +337,15 @@ def test_cli_learns_from_untrained_heads_and_resumes(tmp_path, capsys):
     assert "lr must be > 0, got 0.0" in capsys.readouterr().err
 
 
-def test_cli_learn_lr_reaches_the_learner():
+def test_cli_learn_lr_reaches_the_learner(tmp_path):
     """`--learn-lr` sets the learner's rate; left out, the learner picks by head kind."""
-    from specdec.cli import _learn_config, build_parser
+    from specdec.cli import build_parser
+    from specdec.engine_args import EngineArgs
 
-    base = ["generate", "--model", "m", "--draft", "d", "--learn", "p"]
-    assert _learn_config(build_parser().parse_args(base)).lr is None
-    assert (
-        _learn_config(build_parser().parse_args([*base[:-1], "--learn-lr", "3e-5", "p"])).lr == 3e-5
-    )
+    base = ["generate", "--model", "m", "--draft", str(tmp_path / "new"), "--learn", "p"]
+    assert EngineArgs.from_cli_args(build_parser().parse_args(base)).learn_lr is None
+    given = build_parser().parse_args([*base[:-1], "--learn-lr", "3e-5", "p"])
+    assert EngineArgs.from_cli_args(given).learn_lr == 3e-5
 
 
 def _eagle_learner(target, cfg, out=None):

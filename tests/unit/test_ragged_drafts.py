@@ -2,14 +2,16 @@
 wide the verify pass is, what the window learns from such a step, and which rows' gains
 a batch job is judged by."""
 
+from dataclasses import replace
+
 import pytest
-import torch
 
 from specdec.acceptors import GreedyAcceptor
-from specdec.cost_model import AdaptiveWindow, FixedWindow
 from specdec.drafters import NgramDrafter
 from specdec.engine import Engine
 from specdec.params import SamplingParams
+from specdec.window import AdaptiveWindow, FixedWindow, controller
+from specdec.window.acceptance import step_counts
 
 PROMPTS = [[5, 17, 42, 8, 9], [4, 4, 31], [9, 8, 7, 6], [50, 12]]
 
@@ -38,8 +40,13 @@ class Recording(FixedWindow):
         super().__init__(k)
         self.steps: list[tuple] = []
 
-    def observe(self, rows, k, verify_s, draft_s, drafted_at, accepted_at, **kw) -> None:
-        self.steps.append((rows, k, drafted_at, accepted_at, kw))
+    def observe(self, record) -> None:
+        if record.prefilled:
+            return
+        reached, kept, judged, progress = step_counts(record)
+        kw = {"judged": judged, "progress": progress if record.whole_batch else None}
+        kw["width"] = record.width
+        self.steps.append((record.rows, record.k, reached, kept, kw))
 
 
 def _greedy_outputs(model, tokenizer, n: int) -> dict[tuple, list[int]]:
@@ -138,11 +145,12 @@ class SimulatedHost(AdaptiveWindow):
 
     seconds = 0.0
 
-    def observe(self, rows, k, verify_s, draft_s, *counts, width=None, **kw) -> None:
-        width = k + 1 if width is None else width
-        verify_s = 1.0 + 0.15 * (width - 1)
-        self.seconds += verify_s
-        super().observe(rows, k, verify_s, 0.0, *counts, width=width, **kw)
+    def observe(self, record) -> None:
+        if not record.prefilled:
+            verify_s = 1.0 + 0.15 * (record.width - 1)
+            self.seconds += verify_s
+            record = replace(record, verify_s=verify_s, draft_s=0.0)
+        super().observe(record)
 
 
 def test_auto_never_slows_a_batch_whose_longest_rows_get_no_drafts(
@@ -153,7 +161,7 @@ def test_auto_never_slows_a_batch_whose_longest_rows_get_no_drafts(
     draft step only costs. Judged by every row (a 4-row pass at a quarter of one row's
     acceptance, which pays on a mean), `auto` kept drafting and the batch took longer than
     plain decoding; judged by its longest rows, it gives up within a few steps. The guard
-    alone, crediting how far each step took the batch (`Engine._progress`), also stops
+    alone, crediting how far each step took the batch (`StepRecord.whole_batch`), also stops
     it, later."""
     model = hf_and_native[1]
     n = 48
@@ -169,10 +177,14 @@ def test_auto_never_slows_a_batch_whose_longest_rows_get_no_drafts(
 
     plain_s = n - 1.0  # one plain step per token after the prefill's
     assert plain_s / run() >= 0.97
-    every_row = lambda self, remaining: torch.ones(len(remaining), dtype=torch.bool)  # noqa: E731
-    monkeypatch.setattr(Engine, "_judged_rows", every_row)
+    def every_row(record):  # counts over every row; the guard credits the batch's progress
+        reached, kept, judged, _ = step_counts(replace(record, whole_batch=False))
+        return reached, kept, judged, step_counts(record)[3]
+
+    monkeypatch.setattr(controller, "step_counts", every_row)
     assert plain_s / run() >= 0.97  # the guard, crediting how far the batch went, holds it
-    monkeypatch.setattr(Engine, "_progress", lambda self, *args: None)
+    alone = lambda record: step_counts(replace(record, whole_batch=False))  # noqa: E731
+    monkeypatch.setattr(controller, "step_counts", alone)
     assert plain_s / run() < 0.95, "the checks above must fail when every row is judged"
 
 

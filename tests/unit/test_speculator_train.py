@@ -12,13 +12,13 @@ import torch
 import specdec.training.stages as train_mod
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.cli import main
-from specdec.cost_model import FixedWindow
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
 from specdec.heads import load_speculator
 from specdec.params import SamplingParams
 from specdec.training.stages import Corpus, SpeculatorTrainer, TargetStates, TrainConfig
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer
 

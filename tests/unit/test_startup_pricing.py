@@ -9,22 +9,24 @@ else from the prefill line and the draft's weight ratio.
 import pytest
 import torch
 
-from specdec import engine as engine_module
-from specdec.cost_model import (
-    FIRST_TIMINGS,
-    AdaptiveWindow,
-    CostModel,
-    relative_cost,
-    startup_pays,
-)
 from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.kernels import tuning
 from specdec.kernels.linear import BUCKETS, Linear
 from specdec.kernels.quant import quantize
 from specdec.params import SamplingParams
+from specdec.window import (
+    AdaptiveWindow,
+    CostModel,
+    WindowConfig,
+    pricing,
+    relative_cost,
+    startup_pays,
+)
 
 from tiny import hf_tiny, native_from_hf
+
+FIRST_TIMINGS = WindowConfig().first_timings
 
 
 def _model():
@@ -71,7 +73,7 @@ def _cold(target_plan=None, draft_plan=None):
     costs = CostModel()
     for _ in range(FIRST_TIMINGS):
         costs.observe_verify(1, 1, PLAIN)
-    costs.observe_prefill(1, PROMPT, PROMPT, PREFILL)
+    pricing.observe_prefill(costs, (PROMPT,), PREFILL)
     costs.draft_ratio = RATIO
     costs.target_plan_s, costs.draft_plan_s = target_plan or {}, draft_plan or {}
     return costs
@@ -79,22 +81,23 @@ def _cold(target_plan=None, draft_plan=None):
 
 def test_the_verify_pass_grows_as_the_plans_projections_do():
     costs = _cold(TARGET_PLAN)
-    assert costs.startup_verify_time(1, 5) == pytest.approx(PLAIN * 1.3)
-    assert costs.startup_verify_time(1, 2) == pytest.approx(PLAIN * 1.05)
-    assert costs.startup_verify_time(1, 1) == pytest.approx(PLAIN)
+    assert pricing.startup_verify_time(costs, 1, 5) == pytest.approx(PLAIN * 1.3)
+    assert pricing.startup_verify_time(costs, 1, 2) == pytest.approx(PLAIN * 1.05)
+    assert pricing.startup_verify_time(costs, 1, 1) == pytest.approx(PLAIN)
     # Without plans: the line from the plain step to the prefill, steep on a CPU.
     line = PLAIN + (PREFILL - PLAIN) * 4 / (PROMPT - 1)
-    assert _cold().startup_verify_time(1, 5) == pytest.approx(line)
+    assert pricing.startup_verify_time(_cold(), 1, 5) == pytest.approx(line)
     assert line > 0.3
     # Once two widths are timed, the measurements decide.
     costs.observe_verify(1, 5, 0.5)
-    assert costs.startup_verify_time(1, 5) == pytest.approx(0.5)
+    assert pricing.startup_verify_time(costs, 1, 5) == pytest.approx(0.5)
 
 
 def test_the_draft_prior_comes_from_both_plans_or_the_weight_ratio():
     draft_plan = {rows: 0.35 * s for rows, s in TARGET_PLAN.items()}
     assert _cold(TARGET_PLAN, draft_plan).draft_share(1) == pytest.approx(0.35)
-    assert _cold(TARGET_PLAN, draft_plan).catch_up_time(PROMPT) == pytest.approx(0.35 * PREFILL)
+    cold = _cold(TARGET_PLAN, draft_plan)
+    assert pricing.catch_up_time(cold, PROMPT) == pytest.approx(0.35 * PREFILL)
     assert _cold(TARGET_PLAN).draft_share(1) == RATIO  # the draft has no plan
     assert _cold(draft_plan=draft_plan).draft_share(1) == RATIO  # the target has none
     no_ratio = _cold()
@@ -110,7 +113,7 @@ def test_a_cold_start_pays_where_the_plans_say_verifying_is_cheap():
     """The measured case: priced from the prefill line, the start-up's predicted net gain
     is 18% of the plain decoding ahead, under the 20% bar (`STARTUP_MIN_GAIN`): the draft
     never started. Priced from the plans it is 24%, and it starts."""
-    alpha = AdaptiveWindow().prior_alpha()
+    alpha = AdaptiveWindow().acceptance.prior()
     draft_plan = {rows: 0.3 * s for rows, s in TARGET_PLAN.items()}
     assert not startup_pays(_cold(), 1, alpha, 8, PROMPT, LEFT)
     assert startup_pays(_cold(TARGET_PLAN, draft_plan), 1, alpha, 8, PROMPT, LEFT)
@@ -136,15 +139,16 @@ def _tiny_pair_engine(tokenizer, window):
 def test_the_engine_hands_the_plans_to_the_window(tokenizer, monkeypatch):
     """The engine gives the window both models' projection seconds when it builds the
     drafter (empty for a model without plans, as these tiny ones are: the fallbacks)."""
-    seen = []
-    monkeypatch.setattr(AdaptiveWindow, "set_plan_seconds", lambda self, *plans: seen.append(plans))
-    engine, target, draft = _tiny_pair_engine(tokenizer, AdaptiveWindow(k_max=4))
+    window = AdaptiveWindow(k_max=4)
+    engine, target, draft = _tiny_pair_engine(tokenizer, window)
     engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=3))
-    assert seen == [({}, {})]
-    monkeypatch.setattr(engine_module, "projection_seconds", lambda m: {1: float(id(m))})
+    assert (window.costs.target_plan_s, window.costs.draft_plan_s) == ({}, {})
+    assert window.costs.draft_ratio == pytest.approx(relative_cost(draft, target))
+    monkeypatch.setattr(tuning, "projection_seconds", lambda m: {1: float(id(m))})
     engine._cache = None  # rebuilt (with the drafter) at the next request
     engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=3))
-    assert seen[1] == ({1: float(id(target))}, {1: float(id(draft))})
+    plans = (window.costs.target_plan_s, window.costs.draft_plan_s)
+    assert plans == ({1: float(id(target))}, {1: float(id(draft))})
 
 
 def test_relative_cost_counts_the_bytes_a_step_reads():
@@ -195,11 +199,12 @@ def test_the_draft_model_times_its_first_draft_token(tokenizer):
     seen = []
 
     class Recording(AdaptiveWindow):
-        def choose(self, rows, catch_up=0, remaining=None):
+        def choose(self, batch):
             return 3
 
-        def observe(self, rows, k, verify_s, draft_s, *counts, draft_first_s=None, **_):
-            seen.append((k, draft_s, draft_first_s))
+        def observe(self, record):
+            if not record.prefilled:
+                seen.append((record.k, record.draft_s, record.first_s))
 
     engine, _, _ = _tiny_pair_engine(tokenizer, Recording(k_max=3))
     engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=9))
@@ -214,16 +219,16 @@ def test_a_catch_up_is_priced_by_its_width_not_by_the_average_token():
     catch-ups priced a new prompt's at 2-3x its cost, which refused starts that paid."""
     costs, per_token = CostModel(), None
     for tokens, seconds in [(2, 0.025), (3, 0.030), (16, 0.069), (47, 0.131)]:
-        costs.observe_catch_up(tokens, seconds)
+        pricing.observe_catch_up(costs, tokens, seconds)
         per_token = (
             seconds / tokens if per_token is None else 0.8 * per_token + 0.2 * seconds / tokens
         )
-    assert costs.catch_up_time(46) == pytest.approx(0.131, rel=0.1)
-    assert per_token * 46 > 2 * costs.catch_up_time(46)  # the old running average's price
+    assert pricing.catch_up_time(costs, 46) == pytest.approx(0.131, rel=0.1)
+    assert per_token * 46 > 2 * pricing.catch_up_time(costs, 46)  # the old running average's price
     single = CostModel()
-    single.observe_catch_up(40, 0.1)  # one width: its seconds per token
-    assert single.catch_up_time(80) == pytest.approx(0.2)
+    pricing.observe_catch_up(single, 40, 0.1)  # one width: its seconds per token
+    assert pricing.catch_up_time(single, 80) == pytest.approx(0.2)
     noisy = CostModel()
-    noisy.observe_catch_up(10, 0.05)
-    noisy.observe_catch_up(11, 0.04)  # falls with width: noise, priced per token
-    assert noisy.catch_up_time(21) == pytest.approx(0.09)
+    pricing.observe_catch_up(noisy, 10, 0.05)
+    pricing.observe_catch_up(noisy, 11, 0.04)  # falls with width: noise, priced per token
+    assert pricing.catch_up_time(noisy, 21) == pytest.approx(0.09)

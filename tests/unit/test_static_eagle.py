@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from specdec.bench.timing_drafter import AcceptanceControlledDrafter, records_from
-from specdec.cost_model import FixedWindow
 from specdec.drafters.base import PassStates
 from specdec.drafters.eagle import EagleDrafter
 from specdec.engine import Engine
 from specdec.graphs.static_eagle import StaticEagle
 from specdec.heads.eagle import build_eagle
 from specdec.params import SamplingParams
+from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered
 

@@ -14,12 +14,12 @@ from specdec.bench.timing_drafter import (
     realised_acceptance,
     records_from,
 )
-from specdec.cost_model import FixedWindow, conditional_acceptance
 from specdec.drafters import EagleDrafter
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
 from specdec.heads.eagle import build_eagle
 from specdec.params import SamplingParams
+from specdec.window import FixedWindow, conditional_acceptance
 
 from tiny import hf_tiny, native_from_hf, staggered
 

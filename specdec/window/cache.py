@@ -1,21 +1,5 @@
-"""`auto`'s measured costs kept between processes, per machine and model set-up.
-
-A fresh process used to spend its first steps measuring what the last one already knew (a
-plain step, a verify pass per window width, the draft step, the prefill), and a
-`specdec generate` per prompt paid it every time: 15.9 / 10.5 tok/s (code / chat) where
-the same prompts in one warm process ran 19.1 / 13.5. The costs are stored as JSON under
-`$SPECDEC_HOME/costs/<machine>-<set-up>.json`, where the set-up names everything that
-changes them (target, draft, weight formats, dtype, device, tensor parallelism), and keep
-being updated as running averages from there.
-
-The window's acceptance is stored beside them, as a weak prior (`AdaptiveWindow.
-acceptance_state`): it belongs to the workload more than to the set-up, but a fresh
-process that starts from the generic prior has to look before it drafts, which costs a
-short request its catch-up when the drafter is poor and its whole gain when the drafter is
-good and the look is refused; starting from the last run's acceptance, a process drafts at
-once where that paid and not at all where it did not, and its own steps outweigh the
-prior within a few.
-"""
+"""`auto`'s costs and acceptance kept between processes, per machine and set-up, so a fresh
+process does not spend its first steps re-measuring them (docs/design/auto.md, "Warm start")."""
 
 from __future__ import annotations
 
@@ -25,14 +9,15 @@ import logging
 import os
 from pathlib import Path
 
-from specdec.cost_model import CostModel
+from specdec.window.costs import CostModel
 
 log = logging.getLogger(__name__)
 
 
 def cost_file(setup: dict) -> Path:
-    from specdec.hub import cache_root
+    """`$SPECDEC_HOME/costs/<machine>-<hash of the set-up>.json`."""
     from specdec.kernels.tuning import machine_id
+    from specdec.paths import cache_root
 
     key = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:16]
     return cache_root() / "costs" / f"{machine_id()}-{key}.json"

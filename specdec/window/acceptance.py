@@ -1,0 +1,94 @@
+"""Per-position conditional acceptance from decayed counts, and which rows of a step
+count (docs/design/auto.md, "Acceptance")."""
+
+from __future__ import annotations
+
+from specdec.step_record import StepRecord
+from specdec.window.config import WindowConfig
+
+
+def optimistic_rate(kept: float, reached: float, z: float) -> float:
+    """The posterior mean rate of `kept` in `reached` draws, z standard errors above it."""
+    mean = (kept + 1) / (reached + 2)
+    return min(1.0, mean + z * (mean * (1 - mean) / (reached + 3)) ** 0.5)
+
+
+def step_counts(record: StepRecord) -> tuple[list[int], list[int], int, float]:
+    """(rows that tested position i, rows that kept it, rows judged, tokens a judged row
+    gained): every row while requests wait; in a batch the caller waits for as a whole,
+    the batch itself, as far as its longest rows all went ("Which rows count")."""
+    accepted, drafted = record.accepted, record.drafted
+    if record.whole_batch:
+        longest = max(record.left)
+        judged = [r == longest for r in record.left]
+        most = 1 + max(accepted)
+        progress = min(most, longest - max(record.left_after, default=0))
+        asked = max((d for d, j in zip(drafted, judged, strict=True) if j), default=0)
+        kept = min(progress - 1, asked)
+        return (
+            [int(i <= kept) for i in range(asked)],
+            [int(i < kept) for i in range(asked)],
+            1,
+            progress,
+        )
+    k = max(drafted, default=0)
+    reached = [
+        sum(a >= i and i < d for a, d in zip(accepted, drafted, strict=True)) for i in range(k)
+    ]
+    kept = [sum(a > i for a in accepted) for i in range(k)]
+    return reached, kept, len(accepted), 1 + sum(kept) / max(len(accepted), 1)
+
+
+class Acceptance:
+    """Decayed counts per draft position, shrunk towards the (optimistic) pooled rate."""
+
+    def __init__(self, config: WindowConfig) -> None:
+        self.config = config
+        self.reached: list[float] = []  # decayed rows that tested position i
+        self.kept: list[float] = []  # ... and kept it
+
+    def add(self, reached: list[int], kept: list[int]) -> None:
+        grow = len(reached) - len(self.reached)
+        if grow > 0:
+            self.reached += [0.0] * grow
+            self.kept += [0.0] * grow
+        decay = self.config.decay
+        for i, (d, a) in enumerate(zip(reached, kept, strict=True)):
+            self.reached[i] = decay * self.reached[i] + d
+            self.kept[i] = decay * self.kept[i] + a
+
+    @property
+    def alpha(self) -> list[float]:
+        """Conditional acceptance per position; rarely reached positions borrow the pool."""
+        pooled = optimistic_rate(sum(self.kept), sum(self.reached), self.config.optimism)
+        weight = self.config.prior_weight
+        return [
+            (k + weight * pooled) / (r + weight)
+            for k, r in zip(self.kept, self.reached, strict=True)
+        ]
+
+    def prior(self) -> list[float]:
+        """`alpha`, or before anything was drafted the pooled prior it starts from."""
+        return self.alpha or [optimistic_rate(0, 0, self.config.optimism)]
+
+    def first_bound(self) -> float:
+        """The first position's rate `optimism` standard errors up (a look's bound)."""
+        return optimistic_rate(self.kept[0], self.reached[0], self.config.optimism)
+
+    def state(self) -> dict:
+        """The counts scaled to at most `look_draws` rows at the first position (a warm start)."""
+        first = self.reached[0] if self.reached else 0
+        scale = min(1.0, self.config.look_draws / first) if first else 1.0
+        return {
+            "reached": [r * scale for r in self.reached],
+            "kept": [k * scale for k in self.kept],
+        }
+
+    def start_from(self, state: dict) -> None:
+        """Begin from a stored `state` instead of the generic prior."""
+        reached, kept = list(map(float, state["reached"])), list(map(float, state["kept"]))
+        if len(reached) != len(kept):
+            raise ValueError("acceptance counts must pair up")
+        if any(k < 0 or k > r * (1 + 1e-9) for k, r in zip(kept, reached, strict=True)):
+            raise ValueError("acceptance counts must have 0 <= kept <= reached")
+        self.reached, self.kept = reached, kept

@@ -1,0 +1,312 @@
+"""Measured seconds of verify passes and draft steps, the host's pace, and the window that
+pays most: k maximising expected tokens over the step's cost (docs/design/auto.md, "Costs")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specdec.window.config import WindowConfig
+
+
+def expected_tokens(alpha: list[float], k: int) -> float:
+    """Mean tokens a step drafting k emits, alpha[i] = P(i kept | all before kept):
+    1 + sum_i prod_{j<=i} alpha[j]."""
+    total, run = 1.0, 1.0
+    for i in range(k):
+        run *= alpha[min(i, len(alpha) - 1)] if alpha else 0.0
+        total += run
+    return total
+
+
+def conditional_acceptance(per_position: list[float]) -> list[float]:
+    """SpecStats' P(draft i kept | drafted) -> the conditional alpha[i] `expected_tokens` takes."""
+    alpha, before = [], 1.0
+    for kept in per_position:
+        alpha.append(min(1.0, kept / before) if before > 0 else 0.0)
+        before = kept
+    return alpha
+
+
+def interpolate(table: dict[int, float], x: int) -> float | None:
+    """Piecewise-linear through the points, extended by the nearest segment."""
+    if not table:
+        return None
+    if x in table:
+        return table[x]
+    points = sorted(table.items())
+    if len(points) == 1:
+        return points[0][1]
+    below = [p for p in points if p[0] < x][-2:]
+    above = [p for p in points if p[0] > x][:2]
+    pair = (below[-1:] + above[:1]) if below and above else (below or above)
+    (x0, y0), (x1, y1) = pair[0], pair[-1]
+    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+
+def _rising(table: dict[int, float], least: PlanGrowth | None = None) -> dict[int, float]:
+    """The verify curve with each width at most any wider one's seconds (over its least
+    growth, `PlanGrowth`): a narrower pass timed dearer ran in a slow moment ("Costs")."""
+    out: dict[int, float] = {}
+    lowest = lowest_per_plan = float("inf")
+    for width in sorted(table, reverse=True):
+        seconds = table[width]
+        if least is None:
+            lowest = out[width] = min(lowest, seconds)
+            continue
+        out[width] = min(seconds, lowest, least.hi(width) * lowest_per_plan)
+        lowest = min(lowest, seconds)
+        lowest_per_plan = min(lowest_per_plan, seconds / least.lo(width))
+    return out
+
+
+class PlanGrowth:
+    """How a pass of `rows` rows grows with its tokens per row at least, from the target's
+    projection timings (`tuning.projection_seconds`) as envelopes: `lo` (the least
+    any wider took) and `hi` (the most any narrower took), plus the part they leave out."""
+
+    def __init__(self, plan_s: dict[int, float], rows: int, projection_share: float) -> None:
+        widths = sorted(plan_s)
+        low = {w: min(plan_s[v] for v in widths if v >= w) for w in widths}
+        high = {w: max(plan_s[v] for v in widths if v <= w) for w in widths}
+        fixed = (interpolate(high, rows) or 0.0) * (1 - projection_share) / projection_share
+        self._low = {w: s + fixed for w, s in low.items()}
+        self._high = {w: s + fixed for w, s in high.items()}
+        self._rows = rows
+        self._memo: dict[tuple[bool, int], float] = {}
+
+    def lo(self, tokens_per_row: int) -> float:
+        return self._at(False, tokens_per_row)
+
+    def hi(self, tokens_per_row: int) -> float:
+        return self._at(True, tokens_per_row)
+
+    def _at(self, high: bool, tokens_per_row: int) -> float:
+        key = (high, tokens_per_row)
+        if key not in self._memo:
+            envelope = self._high if high else self._low
+            self._memo[key] = interpolate(envelope, self._rows * tokens_per_row) or 1.0
+        return self._memo[key]
+
+
+def by_total(tables: dict[int, dict[int, float]], rows: int) -> dict[int, float]:
+    """{rows: {tokens per row: s}} -> {total tokens: s}, the batch size nearest `rows` first."""
+    out: dict[int, float] = {}
+    for r, table in sorted(tables.items(), key=lambda item: abs(item[0] - rows)):
+        for t, s in table.items():
+            out.setdefault(r * t, s)
+    return out
+
+
+@dataclass
+class CostModel:
+    """Seconds at pace 1: verify passes by (rows, tokens per row), draft tokens by rows (a
+    step's first apart where timed), the target's prefill and a draft's catch-up passes."""
+
+    verify_s: dict[int, dict[int, float]] = field(default_factory=dict)  # rows -> {T: s}
+    draft_step_s: dict[int, float] = field(default_factory=dict)  # rows -> s per draft token
+    draft_first_s: dict[int, float] = field(default_factory=dict)  # rows -> a step's first
+    prefill_pass_s: dict[int, dict[int, float]] = field(default_factory=dict)  # rows -> {T: s}
+    prefill_token_s: float | None = None
+    catch_up_pass_s: dict[int, float] = field(default_factory=dict)  # tokens fed -> s
+    draft_ratio: float | None = None  # bytes a draft step reads over the target's
+    # Projection seconds per pass width from the kernel plans (read at each start, so
+    # neither stored nor compared): what prices a pass or draft step before it is timed.
+    target_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
+    draft_plan_s: dict[int, float] = field(default_factory=dict, compare=False)
+    _seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (rows, T) -> passes timed
+    drafts_timed: int = field(default=0, compare=False)
+    pace: float = 1.0  # how much slower than its tables the host runs now
+    config: WindowConfig = field(default_factory=WindowConfig, compare=False, repr=False)
+    _growth: tuple = field(default=(None, None), compare=False, repr=False)
+    _curves: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def measured(cls, rows: int, verify_curve: dict[int, float], draft_step_s: float) -> CostModel:
+        """Costs measured up front (the benchmarks'): k -> seconds of a k + 1 token pass."""
+        return cls(
+            verify_s={rows: {k + 1: s for k, s in verify_curve.items()}},
+            draft_step_s={rows: draft_step_s},
+            drafts_timed=2,
+        )
+
+    def to_json(self) -> dict:
+        """Everything measured, as JSON (the warm start, `specdec.window.cache`)."""
+        return {
+            "verify_s": self.verify_s,
+            "draft_step_s": self.draft_step_s,
+            "draft_first_s": self.draft_first_s,
+            "prefill_pass_s": self.prefill_pass_s,
+            "prefill_token_s": self.prefill_token_s,
+            "catch_up_pass_s": self.catch_up_pass_s,
+            "draft_ratio": self.draft_ratio,
+            "pace": self.pace,
+            "seen": [[rows, t, n] for (rows, t), n in self._seen.items()],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> CostModel:
+        """The inverse of `to_json`; a stored draft cost counts as one timing, so this
+        process's first replaces it where faster ("Warm start")."""
+
+        def table(d: dict) -> dict[int, float]:
+            return {int(k): float(v) for k, v in d.items()}
+
+        return cls(
+            verify_s={int(r): table(t) for r, t in data["verify_s"].items()},
+            draft_step_s=table(data["draft_step_s"]),
+            draft_first_s=table(data.get("draft_first_s", {})),
+            prefill_pass_s={int(r): table(t) for r, t in data["prefill_pass_s"].items()},
+            prefill_token_s=data["prefill_token_s"],
+            catch_up_pass_s=table(data.get("catch_up_pass_s", {})),
+            draft_ratio=data["draft_ratio"],
+            pace=float(data.get("pace", 1.0)),
+            _seen={(int(r), int(t)): int(n) for r, t, n in data["seen"]},
+            drafts_timed=1 if data["draft_step_s"] or data.get("draft_first_s") else 0,
+        )
+
+    def _merge(self, old: float | None, new: float, first: bool) -> float:
+        """The fastest of a shape's first timings, then a running average."""
+        if old is None:
+            return new
+        return min(old, new) if first else (1 - self.config.ema) * old + self.config.ema * new
+
+    def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
+        """A verify pass; an established shape's ratio to its table moves the pace."""
+        table = self.verify_s.setdefault(rows, {})
+        seen = self._seen.get((rows, tokens_per_row), 0)
+        old = table.get(tokens_per_row)
+        first = seen < self.config.first_timings
+        if not first and old and seconds > 0:
+            ratio = min(2.0, max(0.5, seconds / (old * self.pace)))
+            self.pace *= ratio**self.config.ema
+        table[tokens_per_row] = self._merge(old, seconds / self.pace, first)
+        self._seen[(rows, tokens_per_row)] = seen + 1
+
+    def timed(self, rows: int, tokens_per_row: int) -> int:
+        return self._seen.get((rows, tokens_per_row), 0)
+
+    def observe_draft(
+        self, rows: int, k: int, seconds: float, first_s: float | None = None
+    ) -> None:
+        """A step's `seconds` drafting k tokens a row; `first_s` its first token's, if timed."""
+        if k <= 0:
+            return
+        seconds /= self.pace
+        first = self.drafts_timed < self.config.first_timings
+        self.drafts_timed += 1
+        if first_s is None:
+            self.draft_step_s[rows] = self._merge(self.draft_step_s.get(rows), seconds / k, first)
+            return
+        first_s /= self.pace
+        self.draft_first_s[rows] = self._merge(self.draft_first_s.get(rows), first_s, first)
+        if k > 1:
+            later = max(0.0, seconds - first_s) / (k - 1)
+            self.draft_step_s[rows] = self._merge(self.draft_step_s.get(rows), later, first)
+
+    def widest_measured(self, rows: int) -> int:
+        return max(self.verify_s.get(rows, {}), default=0)
+
+    def growth(self, rows: int) -> PlanGrowth | None:
+        """The target's projections' least growth at `rows` (None without plans)."""
+        if not self.target_plan_s:
+            return None
+        plans, built = self._growth
+        if plans is not self.target_plan_s:
+            plans, built = self.target_plan_s, {}
+            self._growth = (plans, built)
+        if rows not in built:
+            built[rows] = PlanGrowth(plans, rows, self.config.projection_share)
+        return built[rows]
+
+    def verify_time(self, rows: int, tokens_per_row: int) -> float | None:
+        """Seconds of a pass at `rows`: the rising curve of its own timings (at least the
+        narrower grown by the plans), else other batch sizes' by total tokens."""
+        own = self.verify_s.get(rows, {})
+        if tokens_per_row in own or len(own) >= 2:
+            least = self.growth(rows)
+            key = (tuple(own.items()), least)
+            cached = self._curves.get(rows)
+            if cached is None or cached[0] != key:  # a step prices up to k_max windows
+                cached = self._curves[rows] = (key, _rising(own, least))
+            curve = cached[1]
+            seconds = interpolate(curve, tokens_per_row)
+            if least is not None and tokens_per_row not in curve:
+                grown = [s / least.hi(t) * least.lo(tokens_per_row) for t, s in curve.items()
+                         if t < tokens_per_row]  # fmt: skip
+                seconds = max([seconds, *grown])
+            return seconds * self.pace
+        totals = by_total(self.verify_s, rows)
+        estimate = interpolate(totals, rows * tokens_per_row)
+        if own and estimate is not None:  # one point here: keep its level, borrow the shape
+            ((t0, s0),) = own.items()
+            at_t0 = interpolate(totals, rows * t0)
+            estimate = estimate * s0 / at_t0 if at_t0 else s0
+        return None if estimate is None else estimate * self.pace
+
+    def draft_time(self, rows: int) -> float | None:
+        """Seconds of one draft token a row (after a step's first, where timed apart)."""
+        step = interpolate(self.draft_step_s, rows)
+        step = step if step is not None else interpolate(self.draft_first_s, rows)
+        return None if step is None else step * self.pace
+
+    def draft_seconds(self, rows: int, k: int) -> float | None:
+        """Seconds of a step's k draft tokens a row."""
+        if k <= 0:
+            return 0.0
+        step = self.draft_time(rows)
+        first = interpolate(self.draft_first_s, rows)
+        if step is None:
+            return None
+        return (step if first is None else first * self.pace) + (k - 1) * step
+
+    def draft_share(self, rows: int) -> float:
+        """A draft pass over the target's before the draft is timed: by the plans, held at
+        least at the bytes' ratio; else that ratio; else 1 ("Start-up")."""
+        draft = interpolate(self.draft_plan_s, rows)
+        target = interpolate(self.target_plan_s, rows)
+        if draft and target:
+            return max(draft / target, self.draft_ratio or 0.0)
+        return self.draft_ratio or 1.0
+
+    def look_unsettled(self, rows: int) -> bool:
+        """Whether a first look's costs rest on one timing over twice its planned price
+        (one-off setup, most likely): worth a second look before they decide ("Looks")."""
+        if self.drafts_timed != 1:
+            return False
+        drafted, plain = self.draft_time(rows), self.verify_time(rows, 1)
+        if drafted is None or plain is None:
+            return False
+        if drafted > 2 * self.draft_share(rows) * plain:
+            return True
+        pair = self.verify_s.get(rows, {}).get(2)
+        if pair is None or self._seen.get((rows, 2), 0) != 1:
+            return False
+        one, two = (interpolate(self.target_plan_s, n) for n in (rows, 2 * rows))
+        grown = two / one if one and two else 1.0
+        return pair * self.pace > 2 * grown * plain
+
+    def predict(self, rows: int, alpha: list[float], k: int) -> float | None:
+        """Tokens per second a row at window k; None while a cost is unknown or zero."""
+        verify = self.verify_time(rows, k + 1)
+        draft = self.draft_seconds(rows, k)
+        if verify is None or draft is None or draft + verify <= 0:
+            return None
+        return expected_tokens(alpha, k) / (draft + verify)
+
+    def best_window(self, rows: int, alpha: list[float], k_max: int) -> tuple[int, float]:
+        """(k, predicted speedup over k = 0) maximising tokens per second; k = 0 is plain."""
+        best_k, best = 0, 1.0
+        for k in range(1, k_max + 1):
+            speedup = predict_speedup(self, rows, alpha, k)
+            if speedup is not None and speedup > best:
+                best_k, best = k, speedup
+        return best_k, best
+
+
+def predict_speedup(costs: CostModel, rows: int, alpha: list[float], k: int) -> float | None:
+    """Predicted speed of window k over plain decoding at `rows`; None while unknown."""
+    plain = costs.predict(rows, alpha, 0)
+    spec = costs.predict(rows, alpha, k)
+    if plain is None or spec is None or plain <= 0:
+        return None
+    return spec / plain

@@ -1,0 +1,137 @@
+"""Start-up pricing, which only a lazy draft model needs: whether the rows' remaining
+tokens repay the draft's catch-up on their history (docs/design/auto.md, "Start-up")."""
+
+from __future__ import annotations
+
+from specdec.window.config import WindowConfig
+from specdec.window.costs import CostModel, by_total, expected_tokens, interpolate
+
+CATCH_UP_WIDTHS = 32  # catch-up pass widths kept, the most recent: a bound on memory
+
+
+def observe_prefill(costs: CostModel, lengths: tuple[int, ...], seconds: float) -> None:
+    """The target's prefill of rows of `lengths` positions: until a catch-up is timed, the
+    only view of how a many-token pass costs."""
+    tokens = sum(lengths)
+    if tokens <= 0:
+        return
+    table = costs.prefill_pass_s.setdefault(len(lengths), {})
+    width = max(lengths)
+    table[width] = costs._merge(table.get(width), seconds, False)
+    costs.prefill_token_s = costs._merge(costs.prefill_token_s, seconds / tokens, False)
+
+
+def observe_catch_up(costs: CostModel, tokens: int, seconds: float) -> None:
+    """A draft catch-up pass: `tokens` history tokens fed in `seconds`."""
+    if tokens > 0:
+        passes = costs.catch_up_pass_s
+        passes[tokens] = costs._merge(passes.pop(tokens, None), seconds, False)  # newest last
+        if len(passes) > CATCH_UP_WIDTHS:
+            del passes[next(iter(passes))]
+
+
+def _line(table: dict[int, float], x: int) -> float:
+    """Least-squares a + b x at x (a pass: every weight read once, plus a part per token);
+    seconds per token where the points do not rise."""
+    n = len(table)
+    mean_x, mean_y = sum(table) / n, sum(table.values()) / n
+    spread = sum((t - mean_x) ** 2 for t in table)
+    slope = sum((t - mean_x) * (s - mean_y) for t, s in table.items()) / spread if spread else 0
+    if slope <= 0:
+        return x * sum(table.values()) / sum(table)
+    return max(0.0, mean_y + slope * (x - mean_x))
+
+
+def catch_up_time(costs: CostModel, tokens: int) -> float | None:
+    """Seconds to catch up on `tokens`: the timed catch-up passes' line, else the target's
+    prefill per token times the draft's share."""
+    if costs.catch_up_pass_s:
+        return _line(costs.catch_up_pass_s, tokens)
+    if costs.prefill_token_s is None:
+        return None
+    return tokens * costs.prefill_token_s * costs.draft_share(tokens)
+
+
+def startup_verify_time(costs: CostModel, rows: int, tokens_per_row: int) -> float | None:
+    """`verify_time`, except while one width is timed at `rows` (the plain step): then
+    grown as the target's plans grow, else along its prefill passes by total tokens."""
+    own = costs.verify_s.get(rows, {})
+    if tokens_per_row in own or len(own) >= 2 or not own:
+        return costs.verify_time(rows, tokens_per_row)
+    ((t0, s0),) = own.items()
+    s0 *= costs.pace
+    if costs.target_plan_s:
+        grown = interpolate(costs.target_plan_s, rows * tokens_per_row)
+        timed = interpolate(costs.target_plan_s, rows * t0)
+        if grown and timed:
+            return s0 * max(1.0, grown / timed)
+    if not costs.prefill_pass_s:
+        return costs.verify_time(rows, tokens_per_row)
+    totals = by_total(costs.prefill_pass_s, rows)
+    totals[rows * t0] = s0
+    estimate = interpolate(totals, rows * tokens_per_row)
+    return None if estimate is None else max(estimate, s0)
+
+
+def startup_pays(
+    costs: CostModel,
+    rows: int,
+    alpha: list[float],
+    k_max: int,
+    catch_up: int,
+    remaining: int,
+    min_gain: float = WindowConfig.start_gain,
+) -> bool:
+    """Whether `remaining` plain steps x (1 - 1 / best speedup) less the catch-up's cost is
+    at least `min_gain` of the plain decoding ahead (unknown costs: True)."""
+    if catch_up <= 0 or k_max <= 0:
+        return True
+    cost = catch_up_time(costs, catch_up)
+    plain = costs.verify_time(rows, 1)
+    if cost is None or plain is None:
+        return True
+    prior = costs.draft_share(rows) * plain  # before the draft is timed
+    speedup = 0.0
+    for k in range(1, k_max + 1):
+        verify = startup_verify_time(costs, rows, k + 1)
+        draft = costs.draft_seconds(rows, k)
+        step = (k * prior if draft is None else draft) + (verify if verify is not None else plain)
+        if step > 0:
+            speedup = max(speedup, expected_tokens(alpha, k) * plain / step)
+    if speedup <= 1.0:
+        return False
+    ahead = remaining * plain
+    return ahead * (1 - 1 / speedup) - cost >= min_gain * ahead
+
+
+def relative_cost(draft_model, target_model) -> float | None:
+    """Bytes a one-token draft step reads over the target's (projections as stored, without
+    embedding and vocabulary head); None unless both are models."""
+    sizes = []
+    for model in (draft_model, target_model):
+        if not hasattr(model, "named_modules"):
+            return None
+        sizes.append(_step_bytes(model))
+    return sizes[0] / sizes[1] if sizes[1] else None
+
+
+def _step_bytes(model) -> int:
+    from specdec.kernels.linear import Linear  # here: the window needs no torch otherwise
+
+    total = 0
+    for name, module in model.named_modules():
+        if "embed_tokens" in name or "lm_head" in name:
+            continue
+        if isinstance(module, Linear):
+            total += module.stored_bytes()
+        else:
+            total += sum(p.nbytes for p in module.parameters(recurse=False))
+    return total
+
+
+def price_models(costs: CostModel, target, draft) -> None:
+    """What prices a pass before it is timed: the models' bytes and kernel plans."""
+    from specdec.kernels.tuning import projection_seconds  # the kernels' own timings
+
+    costs.draft_ratio = relative_cost(draft, target)
+    costs.target_plan_s, costs.draft_plan_s = projection_seconds(target), projection_seconds(draft)
