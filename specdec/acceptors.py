@@ -33,38 +33,12 @@ Writing your own (the CLI takes `--acceptor module:Class`):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
 
 from specdec.sampling import sample
-
-
-@dataclass
-class Draft:
-    tokens: torch.Tensor  # [B, k] long; positions >= lengths[b] hold any valid id
-    probs: torch.Tensor | None  # [B, k, V] draft distribution q, or None (one-hot)
-    lengths: torch.Tensor  # [B] long on the host, tokens really proposed per row (<= k)
-
-    @property
-    def k(self) -> int:
-        return self.tokens.shape[1]
-
-    @classmethod
-    def empty(cls, rows: int, device: torch.device | str = "cpu") -> Draft:
-        """No draft tokens (k = 0): the step is plain decoding."""
-        return cls(
-            tokens=torch.zeros(rows, 0, dtype=torch.long, device=device),
-            probs=None,
-            lengths=torch.zeros(rows, dtype=torch.long),
-        )
-
-
-@dataclass
-class Verdict:
-    tokens: torch.Tensor  # [B, k+1] long: accepted prefix + one new token, then -1 padding
-    num_accepted: torch.Tensor  # [B] long, accepted draft tokens (emitted = num_accepted + 1)
+from specdec.types import Draft, Verdict
 
 
 @runtime_checkable

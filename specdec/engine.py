@@ -33,8 +33,8 @@ from specdec.params import SamplingParams
 from specdec.processors import RequestProcessor, chain_paths, process_logits, tree_paths
 from specdec.sampling import make_generator, request_probs
 from specdec.stats import SpecStats
-from specdec.step_record import Batch, StepRecord
 from specdec.tokenization import StopChecker
+from specdec.types import Batch, StepRecord
 from specdec.window import FixedWindow, PricesModels, Window
 
 

@@ -1,6 +1,6 @@
 """Drive a window with per-position counts, as simulations of a host count them."""
 
-from specdec.step_record import Batch, StepRecord
+from specdec.types import Batch, StepRecord
 from specdec.window import pricing
 
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from specdec.distributed.group import TPGroup
 from specdec.params import SamplingParams
-from specdec.step_record import Batch, StepRecord
+from specdec.types import Batch, StepRecord
 from specdec.window import FixedWindow, PricesModels, Window
 
 

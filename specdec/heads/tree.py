@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from specdec.errors import InvalidParameterError
+from specdec.types import TokenTree, TreeDraft
 
 
 def check_tree(
@@ -75,134 +75,6 @@ def select_paths(
     order = sorted(range(len(scores)), key=lambda p: -float(scores[p]))
     rows = paths.tolist()
     return [tuple(rows[p]) for p in order[:n_candidates]]
-
-
-@dataclass(frozen=True)
-class TokenTree:
-    """One row's flattened tree (see the module docstring)."""
-
-    tokens: tuple[int, ...]
-    parents: tuple[int, ...]
-    depth: tuple[int, ...]
-    paths: tuple[tuple[int, ...], ...]  # root-to-leaf node indices, best first
-
-    @classmethod
-    def from_paths(cls, paths: Sequence[Sequence[int]]) -> TokenTree:
-        """Merge token paths (best first) on their shared prefixes. A path that is a prefix
-        of another adds no leaf."""
-        tokens: list[int] = []
-        parents: list[int] = []
-        depth: list[int] = []
-        children: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
-        node_paths: list[tuple[int, ...]] = []
-        for path in paths:
-            node, nodes = -1, []
-            for d, token in enumerate(path):
-                key = (node, int(token))
-                if key not in children:
-                    children[key] = len(tokens)
-                    tokens.append(int(token))
-                    parents.append(node)
-                    depth.append(d)
-                node = children[key]
-                nodes.append(node)
-            if nodes:
-                node_paths.append(tuple(nodes))
-        has_child = {p for p in parents if p >= 0}
-        leaves, seen = [], set()
-        for nodes in node_paths:  # keep root-to-leaf paths only, once each
-            if nodes[-1] not in has_child and nodes[-1] not in seen:
-                seen.add(nodes[-1])
-                leaves.append(nodes)
-        return cls(tuple(tokens), tuple(parents), tuple(depth), tuple(leaves))
-
-    @classmethod
-    def chain(cls, tokens: Sequence[int]) -> TokenTree:
-        return cls.from_paths([tokens])
-
-    @property
-    def num_nodes(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def max_depth(self) -> int:
-        """Tokens on the deepest path (the number of draft positions this tree covers)."""
-        return max((len(p) for p in self.paths), default=0)
-
-    def mask(self) -> torch.Tensor:
-        """`[N, N]` bool: row i is True at i and at its ancestors."""
-        n = self.num_nodes
-        mask = torch.eye(n, dtype=torch.bool)
-        for i in range(n):
-            j = self.parents[i]
-            while j >= 0:
-                mask[i, j] = True
-                j = self.parents[j]
-        return mask
-
-    def truncated(self, max_depth: int) -> TokenTree:
-        """The tree without nodes at depth >= max_depth."""
-        if self.max_depth <= max_depth:
-            return self
-        paths = [[self.tokens[n] for n in path[:max_depth]] for path in self.paths]
-        return TokenTree.from_paths(paths)
-
-    def best_chain(self) -> TokenTree:
-        """Only the best path (the fallback for rows that sample)."""
-        if len(self.paths) <= 1:
-            return self
-        return TokenTree.chain([self.tokens[n] for n in self.paths[0]])
-
-
-@dataclass
-class TreeDraft:
-    """A batch of trees padded to the widest, the drafter's proposal in tree mode."""
-
-    trees: list[TokenTree]
-    tokens: torch.Tensor  # [B, N] long, pad nodes hold 0
-    parents: torch.Tensor  # [B, N] long on the host, -1 for the root's children and pads
-    depth: torch.Tensor  # [B, N] long on the host
-    mask: torch.Tensor  # [B, N, N] bool on the host; pad nodes see only themselves
-    num_nodes: torch.Tensor  # [B] long on the host
-
-    @classmethod
-    def from_trees(cls, trees: Sequence[TokenTree], device: torch.device | str = "cpu"):
-        B, N = len(trees), max((t.num_nodes for t in trees), default=0)
-        tokens = torch.zeros(B, N, dtype=torch.long)
-        parents = torch.full((B, N), -1, dtype=torch.long)
-        depth = torch.zeros(B, N, dtype=torch.long)
-        mask = torch.eye(N, dtype=torch.bool).repeat(B, 1, 1)
-        for b, tree in enumerate(trees):
-            n = tree.num_nodes
-            tokens[b, :n] = torch.tensor(tree.tokens, dtype=torch.long)
-            parents[b, :n] = torch.tensor(tree.parents, dtype=torch.long)
-            depth[b, :n] = torch.tensor(tree.depth, dtype=torch.long)
-            mask[b, :n, :n] = tree.mask()
-        num_nodes = torch.tensor([t.num_nodes for t in trees], dtype=torch.long)
-        return cls(list(trees), tokens.to(device), parents, depth, mask, num_nodes)
-
-    @property
-    def lengths(self) -> torch.Tensor:
-        """`[B]` draft positions per row: the depth of each row's deepest path."""
-        return torch.tensor([t.max_depth for t in self.trees], dtype=torch.long)
-
-    def truncated(self, max_depth: torch.Tensor) -> TreeDraft:
-        """Each row cut to `max_depth[b]` levels."""
-        trees = [t.truncated(int(d)) for t, d in zip(self.trees, max_depth.tolist(), strict=True)]
-        return TreeDraft.from_trees(trees, self.tokens.device)
-
-    def with_root(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Position offsets `[B, 1+N]` and visibility `[B, 1+N, 1+N]` of the root (index
-        0, offset 0) and the nodes (offset 1 + depth), the form `Transformer.forward`
-        takes for a tree."""
-        B, N = self.parents.shape
-        offsets = torch.cat([torch.zeros(B, 1, dtype=torch.long), 1 + self.depth], 1)
-        visible = torch.zeros(B, 1 + N, 1 + N, dtype=torch.bool)
-        visible[:, :, 0] = True  # everyone sees the root
-        visible[:, 1:, 1:] = self.mask
-        pad = torch.arange(N)[None, :] >= self.num_nodes[:, None]  # [B, N]
-        visible[:, 1:, 0] &= ~pad  # pad nodes see only themselves
-        return offsets, visible
 
 
 def greedy_walk(tree: TokenTree, best: Sequence[int]) -> list[int]:

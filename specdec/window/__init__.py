@@ -4,7 +4,7 @@
 tokens over measured seconds, k = 0 being plain decoding, and guards the speed it realises.
 """
 
-from specdec.step_record import Batch, StepRecord
+from specdec.types import Batch, StepRecord
 from specdec.window.acceptance import Acceptance
 from specdec.window.config import WindowConfig
 from specdec.window.controller import AdaptiveWindow, FixedWindow, Phase, PricesModels, Window

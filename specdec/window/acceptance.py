@@ -3,7 +3,7 @@ count (docs/design/auto.md, "Acceptance")."""
 
 from __future__ import annotations
 
-from specdec.step_record import StepRecord
+from specdec.types import StepRecord
 from specdec.window.config import WindowConfig
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from specdec.step_record import Batch, StepRecord
+from specdec.types import Batch, StepRecord
 from specdec.window import pricing
 from specdec.window.acceptance import Acceptance, step_counts
 from specdec.window.config import WindowConfig

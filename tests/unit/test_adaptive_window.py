@@ -7,7 +7,7 @@ import random
 import pytest
 from window_steps import feed, feed_catch_up, feed_prefill, pick, price
 
-from specdec.step_record import Batch, StepRecord
+from specdec.types import Batch, StepRecord
 from specdec.window import (
     AdaptiveWindow,
     CostModel,

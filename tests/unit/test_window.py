@@ -7,7 +7,7 @@ import random
 import pytest
 
 from specdec.errors import InvalidParameterError
-from specdec.step_record import Batch, StepRecord
+from specdec.types import Batch, StepRecord
 from specdec.window import AdaptiveWindow, CostModel, FixedWindow, Phase, WindowConfig, pricing
 from specdec.window.acceptance import step_counts
 from specdec.window.costs import expected_tokens
