@@ -54,6 +54,8 @@ CASES = {
     "penalties": dict(**PENALISED),
     "grammar": dict(grammar=Grammar("json_schema", json.dumps(SCHEMA))),
     "json_object+bias": dict(grammar=Grammar("json_object"), logit_bias={20: 3.0}),
+    # Done after two letters: EOS alone from then on, drafts of EOS after EOS included.
+    "grammar done, ignore_eos": dict(grammar=Grammar("regex", "[a-c]{2}"), ignore_eos=True),
 }
 
 
