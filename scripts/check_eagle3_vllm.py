@@ -126,6 +126,29 @@ def ours(target_dir: str, head_dir: str, prompts: list[list[int]], k: int, max_t
     )
 
 
+def make_lens_head(target_dir: str, out: str, draft_vocab: int) -> None:
+    """A check head that needs no training: `fc` passes the highest auxiliary state through
+    (the input of layer L-3), the layer's own blocks are small random ones, and its norm and
+    head are the target's (over the `draft_vocab` lowest ids and every id the target ends
+    a turn with): a "logit lens" three layers early, which agrees with the target often
+    enough for acceptance lengths to say something, and exercises every tensor."""
+    import torch
+
+    from specdec.models.loading import load_transformer
+    from specdec.speculator.eagle3 import build_eagle3
+
+    target = load_transformer(Path(target_dir), "fp32", torch.device("cpu"))
+    V, H = target.config.vocab_size, target.config.hidden_size
+    vocab = torch.arange(min(draft_vocab, V)) if draft_vocab else None
+    torch.manual_seed(0)
+    head = build_eagle3(target, vocab, n_predict=3)
+    with torch.no_grad():
+        head.fc.weight.zero_()
+        head.fc.weight[:, 2 * H :] = torch.eye(H)
+    head.save(out, torch.float32)
+    print(f"wrote a lens head for {target_dir} to {out}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vllm-side", help=argparse.SUPPRESS)
@@ -137,10 +160,19 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", help="write the figures here (JSON)")
+    parser.add_argument(
+        "--make-lens-head",
+        metavar="DIR",
+        help="first write an untrained check head for --target to DIR and use it as --head",
+    )
+    parser.add_argument("--draft-vocab", type=int, default=32000, help="the lens head's ids")
     args = parser.parse_args()
     if args.vllm_side:
         vllm_side(args.vllm_side)
         return
+    if args.make_lens_head:
+        make_lens_head(args.target, args.make_lens_head, args.draft_vocab)
+        args.head = args.make_lens_head
     from specdec.bench.workloads import sharegpt_prompts
     from specdec.tokenization import load_tokenizer
 
