@@ -47,6 +47,8 @@ def vllm_side(setup_file: str) -> None:
         dtype=setup["dtype"],
         max_model_len=setup["max_model_len"],
         seed=0,
+        disable_log_stats=False,  # else `get_metrics` has no speculation counters
+        enforce_eager=True,  # no compiling (minutes on a 2-vCPU host); the same arithmetic
         **options,
     )
     loaded = time.perf_counter() - started
@@ -129,8 +131,8 @@ def ours(target_dir: str, head_dir: str, prompts: list[list[int]], k: int, max_t
 def make_lens_head(target_dir: str, out: str, draft_vocab: int) -> None:
     """A check head that needs no training: `fc` passes the highest auxiliary state through
     (the input of layer L-3), the layer's own blocks are small random ones, and its norm and
-    head are the target's (over the `draft_vocab` lowest ids and every id the target ends
-    a turn with): a "logit lens" three layers early, which agrees with the target often
+    head are the target's (over the `draft_vocab` lowest ids): a "logit lens" three layers
+    early, which agrees with the target often
     enough for acceptance lengths to say something, and exercises every tensor."""
     import torch
 
@@ -184,7 +186,7 @@ def main() -> None:
         )
         for t in texts
     ]
-    prompts = [list(p["input_ids"]) if isinstance(p, dict) else list(p) for p in prompts]
+    prompts = [list(p["input_ids"]) if hasattr(p, "keys") else list(p) for p in prompts]
     setup = {
         "target": str(Path(args.target).expanduser()),
         "dtype": "float32",
