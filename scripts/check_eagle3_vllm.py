@@ -90,33 +90,13 @@ def run_vllm(python: str, setup: dict, threads: int) -> dict:
 
 def ours(target_dir: str, head_dir: str, prompts: list[list[int]], k: int, max_tokens: int):
     """Our greedy outputs plain and with the head (fp32 target, a fixed chain of k), and our
-    mean acceptance length (tokens per target pass)."""
-    import torch
+    mean acceptance length (tokens per target pass), through the public API."""
+    from specdec import LLM, SamplingParams
 
-    from specdec.acceptors import GreedyAcceptor
-    from specdec.config import SamplingParams
-    from specdec.cost_model import FixedWindow
-    from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
-    from specdec.engine import Engine
-    from specdec.models.loading import load_transformer
-    from specdec.speculator.eagle3 import load_eagle3
-    from specdec.tokenization import load_tokenizer
-
-    target = load_transformer(Path(target_dir), "fp32", torch.device("cpu"))
-    tokenizer = load_tokenizer(Path(target_dir))
-    head = load_eagle3(head_dir, target)
+    llm = LLM(target_dir, dtype="fp32", draft=head_dir, speculate=k)
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
-    plain = Engine(target, tokenizer, frozenset()).generate(prompts, params)
-    attach_aux_layers(target, head)
-    engine = Engine(
-        target,
-        tokenizer,
-        frozenset(),
-        drafter_factory=lambda b, length: Eagle3Drafter(head, b, length),
-        acceptor=GreedyAcceptor(),
-        window=FixedWindow(k),
-    )
-    spec = engine.generate(prompts, params)
+    plain = llm.plain_engine().generate(prompts, params)
+    spec = llm.engine.generate(prompts, params)
     stats = spec[0].stats
     for c in spec[1:]:
         stats = stats + c.stats
