@@ -437,7 +437,9 @@ def _drafting_form(head, quant: str, earlier=None):
 def tuned_layers(module):
     """`module`'s CPU projections on the kernels (and int4 layouts) measured fastest here:
     `_tuned` for what is not a whole Transformer (it has no decode stack)."""
-    if next(module.parameters()).device.type == "cpu":
+    # Buffers too: an int4 layer's `weight` is a meta shape, its blocks are buffers.
+    tensors = (*module.parameters(), *module.buffers())
+    if next(t for t in tensors if t.device.type != "meta").device.type == "cpu":
         tune_prefetch(module)
         tune_bf16_panels(module)
         tune_layout(module)
