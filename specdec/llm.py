@@ -52,8 +52,8 @@ from specdec.models.kernel_tuning import (
     tune_prefetch,
     use_stored_bf16_panels,
 )
-from specdec.models.loading import load_transformer
-from specdec.models.quant import QUANTS, quantize, with_decode_stack
+from specdec.models.quant import QUANTS, with_decode_stack
+from specdec.models.quant_load import load_model
 from specdec.models.static_pass import use_static_passes
 from specdec.speculator.eagle import is_eagle_dir, load_eagle
 from specdec.speculator.model import is_speculator_dir, load_speculator
@@ -196,9 +196,8 @@ class LLM:
         source = gguf_source(model) if quant == "int4" and self.tp is None else None
         if torch.device(device).type == "cpu":
             use_stored_bf16_panels()  # pack once, in the layout this machine timed
-        self.model = _tuned(
-            quantize(load_transformer(path, dtype, torch.device(device), tp=self.tp), quant, source)
-        )
+        # Streamed into its quantized layers, refused up front where it would not fit.
+        self.model = _tuned(load_model(path, dtype, device, quant, source, self.tp, "the target"))
         self.layer_stack = None if fused_layers else "eager"  # raced at the first capture
         self.model.layer_stack = self.layer_stack
         self.quant = quant
@@ -272,6 +271,18 @@ class LLM:
         )
         self.prefix_cache_tokens = prefix_cache_tokens
 
+    def footprint(self) -> dict[str, int]:
+        """Resident bytes of each loaded model ("target", "draft" or "heads"): its weights in
+        every format its kernels read (`footprint.resident_bytes`)."""
+        from specdec.models.footprint import resident_bytes
+
+        models = {
+            "target": self.model,
+            "draft": getattr(self, "draft_model", None),
+            "heads": self.speculator or self.eagle,
+        }
+        return {name: resident_bytes(m) for name, m in models.items() if m is not None}
+
     def plain_engine(self) -> Engine:
         """The same target without speculation, for side-by-side comparisons."""
         return Engine(
@@ -324,9 +335,9 @@ class LLM:
         check_same_tokenizer(self.tokenizer, load_tokenizer(path))
         # draft_tp = 1: every rank holds the whole draft and drafts on its own.
         shard = self.tp if self.draft_tp > 1 else None
-        draft_model = load_transformer(path, dtype, torch.device(device), tp=shard)
         source = gguf_source(draft) if quant == "int4" and shard is None else None
-        draft_model = quantize(draft_model, quant, source)  # its layout measured in _tuned
+        # Its layout measured in _tuned; streamed and guarded as the target is.
+        draft_model = load_model(path, dtype, device, quant, source, shard, "the draft")
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
         usable = min(vocab, tok_size, draft_model.config.vocab_size)
         ids = rows = None
