@@ -240,5 +240,25 @@ def _build(name: str):
             verbose=False,
         )
     except Exception as err:  # a missing compiler or headers: fall back, say why once
+        build_errors[name] = f"{type(err).__name__}: {err}"
         log.warning("specdec: native kernel %s unavailable (%s); using PyTorch kernels", name, err)
         return None
+
+
+KERNELS = ("bf16_gemv", "q4_gemv", "decode_stack")  # every module this folder builds
+build_errors: dict[str, str] = {}  # name -> why its last build failed (tests show it)
+
+
+def compiler() -> str | None:
+    """The C++ compiler torch's extension builder would run (`$CXX`, else c++), or None."""
+    import shutil
+
+    return shutil.which(os.environ.get("CXX", "c++"))
+
+
+def buildable() -> bool:
+    """Whether this machine can build the kernels: a compiler and AVX2 + FMA. Where it
+    can, a build that fails is a bug (a compile error), not a machine without them."""
+    from specdec.models.kernel_tuning import cpu_info
+
+    return compiler() is not None and ISA_NEEDS["avx2"] <= set(cpu_info()[1].split())
