@@ -91,10 +91,10 @@ def prefill_ways(layers, x):
     """The ways a prefill's product from 4-bit weights can run, by name."""
     q4_gemv = native.q4_gemv()
     ways = {"q4_native": lambda: [q4_gemv(x[w.shape[1]], *w.tensors()) for w in layers]}
-    from specdec.models import quant
+    from specdec.models.quant import Int4Linear, _q4_panels
 
-    if hasattr(quant, "q4_panels"):
-        ways["q4_panels"] = lambda: [quant.q4_panels(x[w.shape[1]], w) for w in layers]
+    int4 = [Int4Linear.from_blocks(w, torch.float32, tiles=False) for w in layers]
+    ways["q4_panels"] = lambda: [_q4_panels(w, None, x[w.in_features]) for w in int4]
     dense = [w.dequantize().bfloat16() for w in layers]
 
     def bf16_panels():
