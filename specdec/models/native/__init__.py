@@ -224,6 +224,10 @@ def _build(name: str):
         # names all four; torch alone would not rebuild for a changed header), not on how
         # many threads run it or on the PyTorch-side kernels.
         built_for = {k: v for k, v in machine().items() if k not in ("threads", "kernels")}
+        # And where the sources are: torch rebuilds a module whose source paths differ from
+        # its last build's, so two checkouts sharing a build folder rebuilt each other's
+        # kernels at every load (minutes each; seen with a worktree beside a moved tree).
+        built_for["sources"] = str(HERE.resolve())
         isa = built_for["isa"]
         key = hashlib.sha256(json.dumps(built_for, sort_keys=True).encode()).hexdigest()[:16]
         build = cache_root() / "native" / key
