@@ -229,16 +229,28 @@ def _generate(args, quiet: bool) -> None:
         print(f"specdec: heads {json.dumps(llm.learner.metrics())}", file=sys.stderr, flush=True)
     if quiet:  # tensor parallelism: rank 0 prints
         return
+    memory = _memory(llm) if args.json else None
     for i, (prompt, c) in enumerate(zip(args.prompts, completions, strict=True)):
         base = plain[i] if plain else None
         if args.json:
-            row = {"prompt": prompt, **c.to_dict()}
+            row = {"prompt": prompt, **c.to_dict(), "memory": memory, "load_s": round(load_s, 2)}
             if base:
                 row["plain"] = base.to_dict()
                 row["speedup"] = round(c.tokens_per_s / base.tokens_per_s, 3)
             print(json.dumps(row), flush=True)
         else:
             _print_human(c, base, load_s)
+
+
+def _memory(llm) -> dict:
+    """Each model's resident bytes and the process's peak RSS so far, in MB."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KB on Linux
+    return {
+        **{f"{name}_mb": round(b / 1e6, 1) for name, b in llm.footprint().items()},
+        "peak_rss_mb": round(peak / 1e6, 1),
+    }
 
 
 def _print_human(c, base, load_s: float) -> None:

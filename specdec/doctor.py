@@ -117,6 +117,15 @@ def bf16_panels_row(cache: dict) -> dict | None:
     return {"layout": "{}x{}".format(*entry["layout"]), "gb_s": _gb_s(entry)} if entry else None
 
 
+def resident_gb(cfg: ModelConfig) -> dict[str, float]:
+    """What the model holds loaded on this CPU, per way it runs (`footprint`): the figure
+    the memory guard compares with what is available."""
+    from specdec.models.footprint import resident_estimate
+
+    ways = {"int4": (torch.bfloat16, "int4"), "bf16": (torch.bfloat16, "none")}
+    return {w: round(resident_estimate(cfg, d, q) / 1e9, 2) for w, (d, q) in ways.items()}
+
+
 def report(bandwidth_gib: float = 1.0) -> dict:
     from specdec.hub import REGISTRY, cache_root
     from specdec.kernels import native
@@ -145,6 +154,7 @@ def report(bandwidth_gib: float = 1.0) -> dict:
                 "pulled": True,
                 "bf16_gb_per_token": round(weight_bytes / 1e9, 3),
                 "bf16_bound_tok_s": round(bandwidth * 1e9 / weight_bytes, 1),
+                "resident_gb": resident_gb(cfg),
             }
         )
     return {
@@ -206,3 +216,9 @@ def print_report(data: dict) -> None:
             )
         else:
             print(f"  {row['model']:32} not pulled (specdec models pull {row['model']})")
+    pulled = [row for row in data["models"] if row.get("resident_gb")]
+    if pulled:
+        print("resident memory once loaded (what the load guard checks against what is free):")
+        for row in pulled:
+            gb = row["resident_gb"]
+            print(f"  {row['model']:32} int4 {gb['int4']:.2f} GB, bf16 {gb['bf16']:.2f} GB")

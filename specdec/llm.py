@@ -57,7 +57,7 @@ from specdec.kernels.tuning import (
     tune_prefetch,
     use_stored_bf16_panels,
 )
-from specdec.models.loading import load_transformer
+from specdec.models.quant_load import load_model
 from specdec.models.transformer import Transformer
 from specdec.params import SamplingParams
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
@@ -155,9 +155,8 @@ class LLM:
         source = gguf_source(args.model) if quant == "int4" and self.tp is None else None
         if torch.device(device).type == "cpu":
             use_stored_bf16_panels()  # pack once, in the layout this machine timed
-        self.model = _tuned(
-            quantize(_load_model(path, dtype, device, self.tp), quant, source)
-        )
+        # Streamed into its quantized layers, refused up front where it would not fit.
+        self.model = _tuned(_load_model(path, dtype, device, self.tp, quant, source, "the target"))
         self.layer_stack = None if args.fused_layers else "eager"  # raced at the first capture
         self.model.layer_stack = self.layer_stack
         self.quant = quant
@@ -231,6 +230,18 @@ class LLM:
         if self.speculator is None:
             raise InvalidParameterError(f"--learn: {spec.value} holds no speculator heads")
         return OnlineLearner(self.speculator, config, out=spec.value)
+
+    def footprint(self) -> dict[str, int]:
+        """Resident bytes of each loaded model ("target", "draft" or "heads"): its weights in
+        every format its kernels read (`footprint.resident_bytes`)."""
+        from specdec.models.footprint import resident_bytes
+
+        models = {
+            "target": self.model,
+            "draft": getattr(self, "draft_model", None),
+            "heads": self.speculator or self.eagle,
+        }
+        return {name: resident_bytes(m) for name, m in models.items() if m is not None}
 
     def plain_engine(self) -> Engine:
         """The same target without speculation, for side-by-side comparisons."""
@@ -319,9 +330,9 @@ class LLM:
         check_same_tokenizer(self.tokenizer, load_tokenizer(path))
         # draft_tp = 1: every rank holds the whole draft and drafts on its own.
         shard = self.tp if self.draft_tp > 1 else None
-        draft_model = _load_model(path, dtype, device, shard)
         source = gguf_source(draft) if quant == "int4" and shard is None else None
-        draft_model = quantize(draft_model, quant, source)  # its layout measured in _tuned
+        # Its layout measured in _tuned; streamed and guarded as the target is.
+        draft_model = _load_model(path, dtype, device, shard, quant, source, "the draft")
         vocab, tok_size = self.model.config.vocab_size, len(self.tokenizer)
         usable = min(vocab, tok_size, draft_model.config.vocab_size)
         ids = rows = None
@@ -432,7 +443,9 @@ def _drafting_form(head, quant: str, earlier=None):
 def tuned_layers(module):
     """`module`'s CPU projections on the kernels (and int4 layouts) measured fastest here:
     `_tuned` for what is not a whole Transformer (it has no decode stack)."""
-    if next(module.parameters()).device.type == "cpu":
+    # Buffers too: an int4 layer's `weight` is a meta shape, its blocks are buffers.
+    tensors = (*module.parameters(), *module.buffers())
+    if next(t for t in tensors if t.device.type != "meta").device.type == "cpu":
         tune_prefetch(module)
         tune_bf16_panels(module)
         tune_layout(module)
@@ -503,8 +516,9 @@ def _import(module: str):
     return loaded
 
 
-def _load_model(path, dtype: str, device: str, tp) -> Transformer:
-    """The whole model on `device`, or with `tp` this rank's tensor-parallel shard."""
+def _load_model(path, dtype: str, device: str, tp, quant: str, source, what: str) -> Transformer:
+    """The whole model on `device`, streamed into its `quant` layers and refused up front
+    where it would not fit; with `tp`, this rank's tensor-parallel shard, quantized after."""
     if tp is None:
-        return load_transformer(path, dtype, torch.device(device))
-    return load_shard(path, dtype, tp)
+        return load_model(path, dtype, device, quant, source, what)
+    return quantize(load_shard(path, dtype, tp), quant, source)

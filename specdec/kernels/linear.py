@@ -225,6 +225,11 @@ class Linear(nn.Linear):
         self.formats: dict[str, object] = {}  # kernel name -> prepared weight format
         self._route: dict[int, tuple[Callable, object]] = {}  # bucket -> (run, format)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the layer computes (a quantized layer's `weight` may be a meta shape)."""
+        return self.weight.device
+
     def kernels(self) -> dict[str, Kernel]:
         """The candidates for this layer (subclasses with other weight formats add theirs)."""
         return {n: k for n, k in KERNELS.items() if k.applies(self)}

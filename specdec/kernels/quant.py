@@ -6,14 +6,14 @@ change. For the target (`--quant`) the quantized model *is* the model that runs,
 lossless acceptors are lossless with respect to it: speculative output is distributed as
 plain decoding of the same quantized target.
 
-To keep that true, a quantized layer's `weight` holds the dequantized weights in the model
-dtype, and every kernel computes with those values: a packed kernel for the few rows of a
-decode or verify step, the dense kernels of `Linear` (on the dequantized weights) where
-they measure faster, e.g. a prefill's hundreds of rows. `tune_kernels` decides per bucket
-of rows, on the machine at hand. Kernels differ only in rounding: the native int4 kernel
-also rounds the activations to int8 (one scale per 256 inputs, as llama.cpp does), which
-changes a layer's output by under 1% (measured on random weights); it is batch-invariant,
-so a verify pass through it scores each token exactly as a one-token decode step would.
+To keep that true, every kernel of a layer computes with the same quantized values. An
+int4 layer holds its 4-bit blocks once and nothing dense (`Int4Linear`): the native int4
+kernel serves every row count, from a decode step to a prefill; it rounds the activations
+to int8 (one scale per 256 inputs, as llama.cpp does), which changes a layer's output by
+under 1% (measured on random weights), and it is batch-invariant, so a verify pass through
+it scores each token exactly as a one-token decode step would. An int8 layer's `weight`
+holds the dequantized weights in the model dtype beside its int8 ones: a packed kernel for
+the few rows of a step, the dense kernels of `Linear` where they measure faster.
 
 int4 (`Q4Weights`): GGUF Q4_K's arithmetic, a scale and a minimum per group of 32 inputs,
 themselves quantized per super-block of 256, so a Q4_K file's tensors run as stored
@@ -24,6 +24,7 @@ one scale per output channel.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -217,16 +218,36 @@ def _torch_int4(layer, fmt, x):
     return (out if layer.bias is None else out + layer.bias).to(x.dtype)
 
 
-class Int4Linear(_QuantLinear):
-    """y = x @ dequant(W).T [+ bias], W in 4 bits (`Q4Weights`).
+@dataclass(frozen=True)
+class DenseShape:
+    """What an int4 layer tells of the dense weight it does not hold."""
 
-    Two packed kernels compete in `tune_kernels`: the native one ("q4_native", int8
-    activations, integer dot products, batch-invariant) and torch's int4 kernel ("int4",
-    where N % 16 == 0, for bf16 / fp16 models); the dense kernels run on the dequantized
-    `weight`. torch's kernel is no candidate for fp32 models: measured on a Zen 3 (0.5B
-    gate/up shape) it took 8.6 ms for one fp32 row and 2.2 s for 256, 39-106x the native
-    kernel and 4-75x `F.linear` on the dequantized weights, and timing it for every bucket
-    made the first load of an fp32 int4 draft tune for over 20 minutes.
+    shape: torch.Size  # [N, K]
+    dtype: torch.dtype  # the dtype it computes in (its activations' and outputs')
+    device: torch.device
+
+    def numel(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+
+class Int4Linear(Linear):
+    """y = x @ dequant(W).T [+ bias], W in 4 bits (`Q4Weights`), held once.
+
+    The layer keeps its 4-bit blocks and nothing dense beside them: its `weight` is a
+    `DenseShape` (the layer's shape, compute dtype and device, no values), so a dense
+    kernel run on it by mistake fails at once (it is no tensor), never a second copy or
+    a wrong number (torch computes garbage from a meta-device weight without a word). Why:
+    with the dequantized weights kept for the dense kernels, the int4 1.5B + 0.5B pair
+    peaked at 12.9 GB where llama.cpp holds the same Q4_K weights in 1.86 GB (issue 60).
+
+    Kernels, all reading the blocks: the native one ("q4_native": int8 activations, integer
+    dot products, batch-invariant at every row count, register-blocked up to 8 rows a pass
+    over a weight row, row blocks for prefills) wherever it builds; elsewhere torch's int4
+    kernel ("int4", where N % 16 == 0, for bf16 / fp16 models; its packed copy is made only
+    if tuning keeps it) and "q4_panels" (dequantized a panel of outputs at a time into one
+    reused fp32 buffer, then the fp32 GEMM). torch's kernel is no candidate for fp32
+    models: measured on a Zen 3 (0.5B gate/up shape) it took 8.6 ms for one fp32 row and
+    2.2 s for 256, 39-106x the native kernel.
     """
 
     def __init__(
@@ -237,7 +258,15 @@ class Int4Linear(_QuantLinear):
             raise ValueError(
                 f"4-bit weights of shape {q4.shape} for a {tuple(linear.weight.shape)} layer"
             )
-        super().__init__(linear, q4.dequantize())
+        n, k = q4.shape
+        nn.Module.__init__(self)  # not nn.Linear's: it would allocate a dense weight
+        self.in_features, self.out_features = k, n
+        self.plan, self.formats, self._route = {}, {}, {}  # as `Linear.__init__`
+        self._dtype = linear.weight.dtype
+        if linear.bias is not None:
+            self.bias = nn.Parameter(linear.bias.detach(), requires_grad=False)
+        else:
+            self.register_parameter("bias", None)
         for f in fields(Q4Weights):
             self.register_buffer(f.name, getattr(q4, f.name))
         # The same weights in the native kernel's tile layout, where asked for and the build
@@ -254,6 +283,17 @@ class Int4Linear(_QuantLinear):
             persistent=False,
         )
 
+    @property
+    def weight(self) -> DenseShape:
+        """The dense weight's shape, dtype and device, without the weight (class doc)."""
+        return DenseShape(
+            torch.Size((self.out_features, self.in_features)), self._dtype, self.device
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.qs.device
+
     def stored_bytes(self) -> int:
         return sum(t.nbytes for t in self.q4.tensors())
 
@@ -262,23 +302,31 @@ class Int4Linear(_QuantLinear):
         return Q4Weights(*(getattr(self, f.name) for f in fields(Q4Weights)))
 
     def kernels(self) -> dict[str, Kernel]:
+        if native.q4_gemv() is not None:  # the one kernel wherever it builds (class doc)
+            return {"q4_native": Kernel(_q4_bias, _q4_native, _always)}
         packed = {}
-        if native.q4_gemv() is not None:
-            packed["q4_native"] = Kernel(_q4_bias, _q4_native, lambda layer: True)
         if self._torch_int4_applies():
-            packed["int4"] = Kernel(_torch_int4_pack, _torch_int4, lambda layer: True)
-        return {**packed, **Linear.kernels(self)}
+            packed["int4"] = Kernel(_torch_int4_pack, _torch_int4, _always)
+        return {**packed, "q4_panels": Kernel(None, _q4_panels, _always)}
 
     def _torch_int4_applies(self) -> bool:
         half = self.weight.dtype in (torch.bfloat16, torch.float16)
         return half and self.out_features % 16 == 0
 
+    def default(self, x: torch.Tensor) -> torch.Tensor:
+        """Without a plan: the native kernel at every row count (batch-invariant), else the
+        panels."""
+        rows = x.numel() // x.shape[-1]
+        flat = x.reshape(rows, x.shape[-1])
+        run = _q4_native if native.q4_gemv() is not None else _q4_panels
+        return run(self, None, flat).reshape(*x.shape[:-1], self.out_features)
+
     @classmethod
     def from_blocks(
         cls, blocks: Q4Weights, dtype: torch.dtype, bias=None, tiles: bool = True
     ) -> Int4Linear:
-        """A layer over `blocks` as they are (its dense `weight` their dequantized values in
-        `dtype`), with `bias [N]` where given: no dense weight needed to make it."""
+        """A layer over `blocks` as they are, computing in `dtype`, with `bias [N]` where
+        given: no dense weight needed to make it."""
         n, k = blocks.shape
         shape = nn.Linear(k, n, bias=False, device="meta", dtype=dtype)
         layer = cls(shape, blocks, tiles=tiles)
@@ -294,13 +342,37 @@ class Int4Linear(_QuantLinear):
         tiled = self.tiles.numel() > 0
         return Int4Linear.from_blocks(self.q4.rows(ids), self.weight.dtype, bias, tiled)
 
-    def packed(self, fmt, x):
-        if native.q4_gemv() is not None:
-            return _q4_native(self, None, x)
-        if self._torch_int4_applies():
-            self.prepare("int4")
-            return _torch_int4(self, self.formats["int4"], x)
-        return Linear.default(self, x)
+
+def _always(layer) -> bool:
+    return True
+
+
+# fp32 bytes of one dequantized panel of `_q4_panels` (as `linear.PANEL_BYTES`).
+Q4_PANEL_BYTES = 4 << 20
+_q4_scratch = threading.local()
+
+
+def _q4_panels(layer, fmt, x):
+    """x [rows, K] -> [rows, N]: the 4-bit blocks dequantized a panel of output rows at a
+    time into one reused fp32 buffer, each panel multiplied while it is in cache. The
+    kernel where the native one does not build (no dense copy is kept for it)."""
+    w = layer.q4
+    n, k = w.shape
+    step = max(16, Q4_PANEL_BYTES // (4 * k) // 16 * 16)
+    scratch = getattr(_q4_scratch, "buffer", None)
+    if scratch is None or scratch.numel() < step * k:
+        with torch.inference_mode(False):  # written in and out of inference mode alike
+            scratch = _q4_scratch.buffer = torch.empty(step * k, dtype=torch.float32)
+    xf = x.float()
+    out = torch.empty(x.shape[0], n, dtype=torch.float32)
+    for first in range(0, n, step):
+        last = min(n, first + step)
+        panel = scratch[: (last - first) * k].view(last - first, k)
+        panel.copy_(w.rows(slice(first, last)).dequantize())
+        torch.mm(xf, panel.t(), out=out[:, first:last])
+    if layer.bias is not None:
+        out = out + layer.bias.float()
+    return out.to(x.dtype)
 
 
 class Int8Linear(_QuantLinear):

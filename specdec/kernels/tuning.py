@@ -96,7 +96,7 @@ def _groups(model: nn.Module) -> dict[str, list[Linear]]:
     groups: dict[str, list[Linear]] = defaultdict(list)
     seen: set[int] = set()
     for module in model.modules():
-        if isinstance(module, Linear) and module.weight.device.type == "cpu":
+        if isinstance(module, Linear) and module.device.type == "cpu":
             if id(module) not in seen:
                 seen.add(id(module))
                 groups[group_key(module)].append(module)
@@ -342,7 +342,7 @@ def _native_bf16_layers(model: nn.Module) -> list[Linear]:
     return [
         m
         for m in model.modules()
-        if isinstance(m, Linear) and m.weight.device.type == "cpu" and "native_bf16" in m.kernels()
+        if isinstance(m, Linear) and m.device.type == "cpu" and "native_bf16" in m.kernels()
     ]
 
 
@@ -441,7 +441,7 @@ def _tiled_int4(model: nn.Module) -> list[nn.Module]:
     return [
         m
         for m in model.modules()
-        if isinstance(m, Int4Linear) and m.tiles.numel() and m.weight.device.type == "cpu"
+        if isinstance(m, Int4Linear) and m.tiles.numel() and m.device.type == "cpu"
     ]
 
 

@@ -7,7 +7,7 @@ fused, so the model file stays free of checkpoint-format concerns.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import torch
@@ -34,31 +34,80 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def native_state_dict(hf: Mapping[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """Rename a Hugging Face Llama-family state dict to native names, fusing projections."""
-    out: dict[str, torch.Tensor] = {}
-    missing: list[str] = []
+    return dict(native_tensors(hf, cfg))
 
-    def take(name: str) -> torch.Tensor | None:
-        if name not in hf:
-            missing.append(name)
-            return None
-        return hf[name]
 
-    for native, hf_name in _plain_names(cfg):
-        tensor = take(hf_name)
-        if tensor is not None:
-            out[native] = tensor
-    for i in range(cfg.num_layers):
-        for fused, parts in _FUSED.items():
-            for suffix in ("weight", "bias"):
-                if suffix == "bias" and not _has_bias(fused, cfg):
-                    continue
-                tensors = [take(f"model.layers.{i}.{p}.{suffix}") for p in parts]
-                if all(t is not None for t in tensors):
-                    out[f"layers.{i}.{fused}.{suffix}"] = torch.cat(tensors, dim=0)
+def native_tensors(
+    hf: Mapping[str, torch.Tensor], cfg: ModelConfig, wanted: Callable[[str], bool] = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(native name, tensor) of a Hugging Face Llama-family state dict, projections fused,
+    one at a time: a tensor of `hf` is read only when its native name is `wanted` (all by
+    default), so a lazy `hf` (`LazySafetensors`) is read one tensor at a time. Missing
+    tensors are checked first, before any is read."""
+    wanted = wanted or (lambda name: True)
+    plain = list(_plain_names(cfg))
+    fused = [
+        (f"layers.{i}.{name}.{suffix}", [f"model.layers.{i}.{p}.{suffix}" for p in parts])
+        for i in range(cfg.num_layers)
+        for name, parts in _FUSED.items()
+        for suffix in ("weight", "bias")
+        if suffix == "weight" or _has_bias(name, cfg)
+    ]
+    missing = [h for _, h in plain if h not in hf]
+    missing += [h for _, hs in fused for h in hs if h not in hf]
     if missing:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         raise ModelIntegrityError(f"checkpoint is missing {len(missing)} tensors: {shown}")
-    return out
+    for native, hf_name in plain:
+        if wanted(native):
+            yield native, hf[hf_name]
+    for native, parts in fused:
+        if wanted(native):
+            yield native, torch.cat([hf[h] for h in parts], dim=0)
+
+
+class LazySafetensors(Mapping):
+    """The tensors of a model directory's safetensors files, each read when asked for
+    (and not kept): what a quantizing load streams through. Corrupt files are named."""
+
+    def __init__(self, path: Path) -> None:
+        files = sorted(Path(path).glob("*.safetensors"))
+        if not files:
+            raise ModelNotFoundError(f"{path}: no *.safetensors weight files")
+        self._where: dict[str, Path] = {}
+        self._open: dict[Path, object] = {}
+        for file in files:
+            handle = self._handle(file)
+            for name in handle.keys():  # noqa: SIM118 (safe_open is not a dict)
+                self._where[name] = file
+
+    def _handle(self, file: Path):
+        if file not in self._open:
+            try:
+                self._open[file] = safe_open(file, framework="pt")
+            except (SafetensorError, OSError, RuntimeError) as err:
+                raise ModelIntegrityError(
+                    f"{file}: corrupt or truncated safetensors file ({err})"
+                ) from err
+        return self._open[file]
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        file = self._where[name]
+        try:
+            return self._handle(file).get_tensor(name)
+        except (SafetensorError, OSError, RuntimeError) as err:
+            raise ModelIntegrityError(
+                f"{file}: corrupt or truncated safetensors file ({err})"
+            ) from err
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
 
 
 def _has_bias(fused: str, cfg: ModelConfig) -> bool:

@@ -213,6 +213,31 @@ def test_int4_speculative_greedy_equals_plain_through_the_stack(tokenizer):
         assert [c.token_ids for c in out] == [c.token_ids for c in plain]
 
 
+def test_int4_speculative_greedy_equals_plain_through_the_eager_int4_kernel(tokenizer):
+    """Without the stack, int4 layers run every row count through the one native int4
+    kernel (no dense copy to fall back to): verify passes of 10 and 18 rows (2 sequences,
+    k = 4 and 8) score each token as plain's one-row steps do, so greedy speculation gives
+    plain's tokens exactly."""
+    target = _int4()
+    draft = _int4(seed=1, num_hidden_layers=1)
+    target.decode_stack = draft.decode_stack = None
+    params = SamplingParams(temperature=0, max_tokens=30, ignore_eos=True)
+    prompts = [[5, 17, 42, 8], [60, 3, 3, 9, 12]]
+    plain = Engine(target, tokenizer, frozenset()).generate(prompts, params)
+    for k in (4, 8):
+        factory = lambda b, length: DraftModelDrafter(draft, 97, 97, b, length)  # noqa: E731
+        engine = Engine(
+            target,
+            tokenizer,
+            frozenset(),
+            drafter_factory=factory,
+            acceptor=GreedyAcceptor(),
+            window=FixedWindow(k),
+        )
+        out = engine.generate(prompts, params)
+        assert [c.token_ids for c in out] == [c.token_ids for c in plain]
+
+
 def test_stack_takes_the_steps_its_plan_gives_the_int4_kernel(monkeypatch):
     model = _int4()
     stack = model.decode_stack

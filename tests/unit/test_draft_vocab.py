@@ -45,7 +45,7 @@ def test_int4_rows_keep_their_blocks_and_outputs():
     for full, kept in zip(layer.q4.tensors(), rows.q4.tensors(), strict=True):
         assert torch.equal(full[IDS], kept)
     x = torch.randn(2, 256)
-    torch.testing.assert_close(rows.packed(None, x), layer.packed(None, x)[:, IDS])
+    torch.testing.assert_close(rows(x), layer(x)[:, IDS])
 
 
 def test_int8_rows_requantize_to_the_same_values():
@@ -123,7 +123,7 @@ def test_head_rows_of_an_int4_head_keep_only_its_blocks():
     for want, got in zip(layer.output_rows(IDS).q4.tensors(), rows.q4.tensors(), strict=True):
         assert torch.equal(want, got)
     x = torch.randn(2, 256)
-    torch.testing.assert_close(rows.packed(None, x), layer.packed(None, x)[:, IDS])
+    torch.testing.assert_close(rows(x), layer(x)[:, IDS])
     dense = _dense(torch.float32)
     assert draft_vocab.head_rows(dense) == dense.output_rows  # other heads: the layer's own
 

@@ -25,21 +25,46 @@ def test_int4_linear_is_close_and_exact_on_a_4bit_grid(dtype):
     assert exact < (1e-4 if dtype == torch.float32 else 0.05)
 
 
-@pytest.mark.parametrize("cls", [Int4Linear, Int8Linear])
-def test_untuned_rows_split_between_packed_kernel_and_dequantized_weights(cls):
+def test_untuned_int8_rows_split_between_packed_kernel_and_dequantized_weights():
     """Untuned, a prefill's many rows go through the dense kernel on the *dequantized*
     weights (the packed kernel is slow there) and a decode step's few rows through the
     packed kernel: both compute the same quantized model, so a quantized target's prefill
     and its decode steps agree (up to rounding), as the lossless acceptors need."""
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48).to(torch.bfloat16)
-    q = cls(linear)
+    q = Int8Linear(linear)
     assert not torch.equal(q.weight, linear.weight)  # the weights that run are quantized
     many = torch.randn(4, 5, 64, dtype=torch.bfloat16)
     assert torch.equal(q(many), torch.nn.functional.linear(many, q.weight, q.bias))
     few = many[:1, :3]
     ref = torch.nn.functional.linear(few.float(), q.weight.float(), q.bias.float())
     torch.testing.assert_close(q(few).float(), ref, atol=3e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int4_layer_holds_its_4bit_blocks_once_and_nothing_dense(dtype):
+    """An int4 layer's `weight` is a shape (no bytes); its only tensors are the 4-bit
+    blocks (and the bias), and a dense kernel run on it by mistake fails at once. Untuned, every
+    row count computes the same quantized product (the panels here: the suite builds no
+    native kernel), a many-row pass close to the float64 dequantized product."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(256, 48).to(dtype)
+    q = Int4Linear(linear)
+    assert q.weight.shape == (48, 256) and q.weight.dtype == dtype
+    assert q.device.type == "cpu" == q.weight.device.type
+    held = {name: t.nbytes for name, t in q.state_dict().items()}
+    blocks = q.stored_bytes()  # qs, sc, mn, d, dmin
+    assert sum(held.values()) == blocks + linear.bias.nbytes
+    assert blocks < 48 * 256 * 0.6  # ~4.5 bits a weight
+    assert "weight" not in held and not isinstance(q.weight, torch.Tensor)
+    with pytest.raises(TypeError):  # a dense kernel run on it by mistake fails at once
+        torch.nn.functional.linear(torch.randn(2, 256, dtype=dtype), q.weight)
+    many = torch.randn(4, 5, 256, dtype=dtype)
+    exact = many.double() @ q.q4.dequantize().double().t() + q.bias.double()
+    out = q(many)
+    assert out.dtype == dtype and out.shape == (4, 5, 48)
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out.double(), exact, atol=tol, rtol=tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -78,13 +103,18 @@ def test_quantize_int4_model_skips_unsupported_shapes():
     assert _quantized(odd, "int4") is odd
 
 
-def test_torch_int4_kernel_competes_for_half_precision_layers_only():
-    """torch's int4 kernel is a candidate for bf16 layers; for fp32 ones it is ~100x slower
-    than the alternatives (Int4Linear's docstring), so tuning never times it there."""
+def test_int4_kernels_read_the_blocks_and_torch_int4_competes_only_without_native(
+    monkeypatch,
+):
+    """Where the native kernel builds it is an int4 layer's one kernel (batch-invariant at
+    every row count); elsewhere torch's int4 kernel competes for bf16 layers (for fp32
+    ones it is ~100x slower, Int4Linear's docstring) beside the dequantized panels."""
     layer = torch.nn.Linear(64, 48)
-    assert "int4" in Int4Linear(layer.to(torch.bfloat16)).kernels()
-    fp32 = Int4Linear(torch.nn.Linear(64, 48))
-    assert "int4" not in fp32.kernels() and "linear" in fp32.kernels()
+    monkeypatch.setattr(native, "q4_gemv", lambda: None)
+    assert set(Int4Linear(layer.to(torch.bfloat16)).kernels()) == {"int4", "q4_panels"}
+    assert set(Int4Linear(torch.nn.Linear(64, 48)).kernels()) == {"q4_panels"}
+    monkeypatch.setattr(native, "q4_gemv", lambda: object())
+    assert set(Int4Linear(torch.nn.Linear(64, 48)).kernels()) == {"q4_native"}
 
 
 def test_int4_refuses_non_cpu_models():
@@ -128,8 +158,9 @@ def test_q4_quantize_keeps_zero_groups_and_zero_activations_finite():
 
 def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypatch):
     """The native int4 kernel (built on first use where AVX2 + FMA exist) against its
-    float64 PyTorch reference, for 1..9, 12 and 16 rows (one pass over the weights up to 8
-    rows, even passes past that) and for a prefill's rows in several row blocks, and row by
+    float64 PyTorch reference, for every row count of a verify pass (1..17: one pass over
+    the weights up to 8 rows, even passes past that), 33 and a prefill's rows in several
+    row blocks (every row count it serves, by the paths they take), and row by
     row equal to a one-row call: a decode step and a verify pass through it compute the
     same numbers."""
     monkeypatch.setenv("SPECDEC_NATIVE", "1")
@@ -144,7 +175,7 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
         for k in (64, 576, 1536):
             q4 = q4_quantize(torch.randn(24, k) * 0.05)
             block = _block_rows(k)  # two whole row blocks and a part of one
-            for rows in [*range(1, 10), 12, 16, *([2 * block + 13] if k == 1536 else [])]:
+            for rows in [*range(1, 18), 33, *([2 * block + 13] if k == 1536 else [])]:
                 x = torch.randn(rows, k)
                 x[0, :32] = 0  # a zero group and, below, a zero row
                 if rows > 1:
@@ -166,7 +197,7 @@ def test_native_q4_kernel_matches_its_reference_and_is_batch_invariant(monkeypat
         layer = Int4Linear(linear)
         assert "q4_native" in layer.kernels()
         x = torch.randn(3, 576).to(torch.bfloat16)
-        exact = F.linear(x.float(), layer.weight.float(), layer.bias.float())
+        exact = F.linear(x.float(), layer.q4.dequantize(), layer.bias.float())
         out = layer.run("q4_native", x)
         assert out.dtype == torch.bfloat16
         assert ((out.float() - exact).norm() / exact.norm()) < 0.02

@@ -225,6 +225,10 @@ def _build(name: str):
         # names all four; torch alone would not rebuild for a changed header), not on how
         # many threads run it or on the PyTorch-side kernels.
         built_for = {k: v for k, v in machine().items() if k not in ("threads", "kernels")}
+        # And where the sources are: torch rebuilds a module whose source paths differ from
+        # its last build's, so two checkouts sharing a build folder rebuilt each other's
+        # kernels at every load (minutes each; seen with a worktree beside a moved tree).
+        built_for["sources"] = str(HERE.resolve())
         isa = built_for["isa"]
         key = hashlib.sha256(json.dumps(built_for, sort_keys=True).encode()).hexdigest()[:16]
         build = cache_root() / "native" / key
@@ -241,5 +245,25 @@ def _build(name: str):
             verbose=False,
         )
     except Exception as err:  # a missing compiler or headers: fall back, say why once
+        build_errors[name] = f"{type(err).__name__}: {err}"
         log.warning("specdec: native kernel %s unavailable (%s); using PyTorch kernels", name, err)
         return None
+
+
+KERNELS = ("bf16_gemv", "q4_gemv", "decode_stack")  # every module this folder builds
+build_errors: dict[str, str] = {}  # name -> why its last build failed (tests show it)
+
+
+def compiler() -> str | None:
+    """The C++ compiler torch's extension builder would run (`$CXX`, else c++), or None."""
+    import shutil
+
+    return shutil.which(os.environ.get("CXX", "c++"))
+
+
+def buildable() -> bool:
+    """Whether this machine can build the kernels: a compiler and AVX2 + FMA. Where it
+    can, a build that fails is a bug (a compile error), not a machine without them."""
+    from specdec.kernels.tuning import cpu_info
+
+    return compiler() is not None and ISA_NEEDS["avx2"] <= set(cpu_info()[1].split())

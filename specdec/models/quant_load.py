@@ -1,0 +1,110 @@
+"""Load a model straight into its quantized layers, one projection at a time, after
+checking that it fits.
+
+Why: loading the whole model in its dtype and quantizing it afterwards holds every dense
+weight (3.1 GB for the 1.5B in bf16, more while q/k/v and gate/up are concatenated) beside
+the growing 4-bit ones, so the int4 model peaked at several times its size. Read one tensor
+at a time from the safetensors files and quantized as it arrives, a load holds the
+quantized model plus one fused projection.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specdec.kernels.quant import quantize, with_decode_stack
+from specdec.models import footprint
+from specdec.models.config import ModelConfig
+from specdec.models.loading import (
+    LazySafetensors,
+    load_transformer,
+    native_tensors,
+    torch_dtype,
+)
+from specdec.models.transformer import Transformer
+
+# Native names of the layers a quantizing load quantizes (the others load as they are).
+_PROJECTIONS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+
+
+def _is_projection_weight(name: str) -> bool:
+    if name == "lm_head.weight":
+        return True
+    return name.endswith(".weight") and name.removesuffix(".weight").split(".", 2)[-1] in (
+        _PROJECTIONS
+    )
+
+
+def load_model(
+    path: str | Path,
+    dtype: str,
+    device: str | torch.device,
+    quant: str,
+    gguf: Path | None = None,
+    what: str = "the model",
+) -> Transformer:
+    """The model at `path` in `dtype`, quantized (`quant.quantize`), refused up front where
+    it would not fit in the memory available (`footprint.check_fits`). A CPU int4 / int8
+    model without tensor parallelism streams its weights into the quantized layers
+    (`load_quantized`); others load whole and are quantized after. (A tensor-parallel
+    shard: `specdec.distributed.sharding.load_shard`, then `quant.quantize`.)"""
+    path = Path(path)
+    device = torch.device(device)
+    if path.is_dir():
+        cfg = ModelConfig.from_dir(path)
+        needs = footprint.estimate_bytes(cfg, torch_dtype(dtype), quant, device)
+        footprint.check_fits(f"{what} ({quant if quant != 'none' else dtype})", needs)
+    if quant != "none" and device.type == "cpu":
+        return load_quantized(path, dtype, quant, gguf)
+    return quantize(load_transformer(path, dtype, device), quant, gguf)
+
+
+def load_quantized(
+    path: str | Path, dtype: str, kind: str, gguf: Path | None = None
+) -> Transformer:
+    """`quantize(load_transformer(path, dtype), kind, gguf)` computed one projection at a
+    time: the same layers and the same 4-bit (or 8-bit) values, never the whole dense model."""
+    from specdec.kernels.gguf_q4 import QuantReport, StoredGGUFWeights
+    from specdec.kernels.quant import _quantized
+
+    path = Path(path)
+    cfg = ModelConfig.from_dir(path)
+    torch_type = torch_dtype(dtype)
+    hf = LazySafetensors(path)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    if cfg.tie_word_embeddings:  # the head is quantized as its own copy
+        model.lm_head = type(model.lm_head)(
+            cfg.hidden_size, cfg.vocab_size, bias=False, device="meta"
+        )
+    # Everything but the projections' weights first (the biases a quantized layer takes).
+    for name, tensor in native_tensors(hf, cfg, lambda n: not _is_projection_weight(n)):
+        _assign(model, name, tensor.to(torch_type))
+    source = StoredGGUFWeights(gguf, torch_type) if gguf is not None and kind == "int4" else None
+    report = QuantReport()
+    for name, tensor in native_tensors(hf, cfg, _is_projection_weight):
+        layer_name = name.removesuffix(".weight")
+        parent_name, _, attr = layer_name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        linear = getattr(parent, attr)
+        linear.weight = nn.Parameter(tensor.to(torch_type), requires_grad=False)
+        del tensor
+        setattr(parent, attr, _quantized(linear, kind, source, layer_name, report))
+        del linear  # the dense weight goes with it (a layer the format skips keeps it)
+    if source is not None:
+        source.save()
+    model.quant_report = report
+    model.inv_freq = torch.tensor(cfg.inv_freq(), dtype=torch.float32)
+    meta = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    if meta:  # a name the mapping missed: fail here, not with garbage later
+        raise RuntimeError(f"quantizing load left tensors unloaded: {meta[:5]}")
+    return with_decode_stack(model.eval().requires_grad_(False))
+
+
+def _assign(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, attr, nn.Parameter(tensor, requires_grad=False))
