@@ -231,7 +231,7 @@ def speculate(target, head, batch, prompts, params, records, costs, args, plain_
         out[name] = {"best_k": best_k, "predicted_best": round(best, 3)}
         for mode in args.modes:
             k = max(best_k, 1)
-            engine.window = FixedWindow(k) if mode == "fixed" else AdaptiveWindow(args.k_max)
+            engine.window = FixedWindow(k) if mode == "fixed" else AdaptiveWindow(k_max=args.k_max)
             for drafter in made:
                 drafter.profile = profile
             off = sum(d.off_record for d in made)

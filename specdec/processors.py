@@ -42,6 +42,7 @@ class RequestProcessor:
         self.counts = torch.zeros(vocab_size, device=device)
         self.penalised = bool(self.presence or self.frequency)
         self.matcher = None if params.grammar is None else grammars.matcher(params.grammar)
+        self.eos_ids = frozenset() if grammars is None else frozenset(grammars.eos_ids)
 
     def accept(self, token: int) -> None:
         """A committed output token."""
@@ -76,22 +77,33 @@ class RequestProcessor:
     def _masks(self, paths: Sequence[Sequence[int]]) -> list[torch.Tensor | None]:
         """The grammar's allowed tokens after each path (None where a path leaves it).
         Paths are walked in order, rolling back only what the next one does not share: a
-        chain's paths cost one token each, a tree's a depth-first walk."""
-        m, held, masks = self.matcher, [], []
+        chain's paths cost one token each, a tree's a depth-first walk. Once the grammar
+        is done it allows EOS alone, and an EOS changes nothing (as `accept` has it, for
+        a request that ignores EOS)."""
+        m, masks = self.matcher, []
+        held: list[tuple[int, bool]] = []  # the tokens walked, and whether m consumed each
         for path in paths:
             path = list(path)
             common = 0
-            while common < min(len(held), len(path)) and held[common] == path[common]:
+            while common < min(len(held), len(path)) and held[common][0] == path[common]:
                 common += 1
-            if len(held) > common:
-                m.rollback(len(held) - common)
-                del held[common:]
-            rest = path[common:]
-            taken = m.try_consume_tokens(rest) if rest and not m.is_stopped() else 0
-            held.extend(rest[:taken])
-            masks.append(allowed(m, self.vocab_size) if taken == len(rest) else None)
-        if held:
-            m.rollback(len(held))
+            undo = sum(consumed for _, consumed in held[common:])
+            if undo:
+                m.rollback(undo)
+            del held[common:]
+            inside = True
+            for token in path[common:]:
+                if m.is_stopped() and token in self.eos_ids:
+                    held.append((token, False))
+                elif not m.is_stopped() and m.try_consume_tokens([token]) == 1:
+                    held.append((token, True))
+                else:
+                    inside = False
+                    break
+            masks.append(allowed(m, self.vocab_size) if inside else None)
+        undo = sum(consumed for _, consumed in held)
+        if undo:
+            m.rollback(undo)
         return masks
 
 

@@ -50,13 +50,16 @@ def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
     return encode_chat(tokenizer, [{"role": "user", "content": prompt}])
 
 
-def encode_chat(tokenizer, messages: list[dict[str, str]]) -> list[int]:
+def encode_chat(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
     """Token ids of a conversation in the tokenizer's chat template, ready for the
-    assistant's turn."""
+    assistant's turn; `tools` (OpenAI's function definitions) go to the template, which
+    shows them to the model in its own format."""
     if not tokenizer.chat_template:
         raise InvalidParameterError("this model's tokenizer has no chat template; drop --chat")
     try:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False
+        )
     except Exception as err:  # noqa: BLE001 - templates raise whatever jinja raises
         raise InvalidParameterError(f"the chat template rejected the messages: {err}") from err
     return tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -14,9 +14,12 @@ comparison of at most `MAX_CANDIDATES` candidates over at most `MAX_DEPTH` token
 walk forward over the candidates that matched longest: no scan of the store.
 
 The speculation length adapts to the match, as in the paper: at most `alpha` times the
-match length, and only while the continuation's empirical probability among the matched
-occurrences (the product, position by position, of the share of occurrences that agree
-with the draft) stays at or above `min_prob`.
+match length, and only while the continuation's probability stays at or above
+`min_prob`. That probability is the product, position by position, of the share of the
+matched occurrences that agree with the draft (the paper's empirical probability) and of
+the rate at which the target kept drafted tokens of matches of that kind (`Calibration`,
+learnt from the verdicts): a match seen once reads as certain by its counts alone, and in
+chat a short one seldom is.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ MAX_DEPTH = 64  # the longest suffix compared (a longer match drafts no differen
 # token), 0.14 KB where requests repeat each other; so the bound is at most ~3 GB.
 MAX_STORE_TOKENS = 1 << 22
 DEFAULT_STORE_TOKENS = 1 << 16
+# Match kinds `Calibration` learns a rate for: the match length's bucket (these lower
+# bounds) and whether it occurred once or more.
+LENGTH_BUCKETS = (1, 4, 8, 16, 32)
 _SHIFT = 32  # an index entry is segment << _SHIFT | position
 _MASK = (1 << _SHIFT) - 1
 
@@ -66,6 +72,7 @@ class SuffixStore:
         self._next_id = 0
         # Per anchor length n: hash of n tokens -> entries of the positions they preceded.
         self._index: dict[int, dict[int, list[int]]] = {n: {} for n in ANCHORS}
+        self.calibration = Calibration()  # learnt by every drafter that drafts from here
 
     # ------------------------------------------------------------------ segments
 
@@ -162,6 +169,34 @@ class SuffixStore:
         return 0, []
 
 
+class Calibration:
+    """Per kind of match, the share of drafted tokens the target kept when the ones before
+    them were kept: kept / tested with one of each as a prior (0.5 before any verdict),
+    the counts halved past `HORIZON` tests so that the rate follows the traffic."""
+
+    HORIZON = 64.0
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[int, bool], float] = {}
+        self.tested: dict[tuple[int, bool], float] = {}
+
+    @staticmethod
+    def kind(length: int, occurrences: int) -> tuple[int, bool]:
+        bucket = sum(length >= b for b in LENGTH_BUCKETS) - 1
+        return bucket, occurrences > 1
+
+    def rate(self, kind: tuple[int, bool]) -> float:
+        return (self.kept.get(kind, 0.0) + 1) / (self.tested.get(kind, 0.0) + 2)
+
+    def record(self, kind: tuple[int, bool], drafted: int, accepted: int) -> None:
+        """A draft of `drafted` tokens of which the target kept the first `accepted`."""
+        tested = self.tested.get(kind, 0.0) + min(accepted + 1, drafted)
+        kept = self.kept.get(kind, 0.0) + accepted
+        if tested > self.HORIZON:
+            tested, kept = tested / 2, kept / 2
+        self.tested[kind], self.kept[kind] = tested, kept
+
+
 def _common_suffix(seq: list[int], end: int, context: list[int], most: int) -> int:
     """How many tokens before `end` in `seq` equal the last ones of `context` (<= most)."""
     most = min(most, end, len(context))
@@ -173,11 +208,14 @@ def _common_suffix(seq: list[int], end: int, context: list[int], most: int) -> i
     return m
 
 
-def continuation(found: list[tuple[list[int], int]], limit: int, min_prob: float) -> list[int]:
+def continuation(
+    found: list[tuple[list[int], int]], limit: int, min_prob: float, rate: float = 1.0
+) -> list[int]:
     """The likeliest continuation of the matched occurrences, at most `limit` tokens: at
     each position the token most of the occurrences still on the path agree on, while
-    the product of those shares stays >= min_prob. An occurrence whose segment ends (a
-    live request's own latest tokens) leaves the vote."""
+    the product of those shares, each times `rate` (the chance the target keeps a drafted
+    token of such a match), stays >= min_prob. An occurrence whose segment ends (a live
+    request's own latest tokens) leaves the vote."""
     draft: list[int] = []
     prob, active = 1.0, found
     for j in range(limit):
@@ -188,7 +226,7 @@ def continuation(found: list[tuple[list[int], int]], limit: int, min_prob: float
         if not votes:
             break
         token = max(votes, key=votes.__getitem__)
-        prob *= votes[token] / sum(votes.values())
+        prob *= rate * votes[token] / sum(votes.values())
         if prob < min_prob:
             break
         draft.append(token)
@@ -201,9 +239,11 @@ class SuffixDrafter:
     """Drafts from a `SuffixStore` (a private one unless given the process's shared one).
 
     alpha: the draft is at most alpha x the match length (a long match is trusted further).
-    min_prob: stop where the continuation's empirical probability drops below this.
+    min_prob: stop where the continuation's probability drops below this.
     min_match: draft nothing for a match shorter than this (a token or two of chat
         matches often, and a wrong draft widens the verify pass for nothing).
+    calibrated: weigh the counts by the store's learnt acceptance per kind of match
+        (`Calibration`); False drafts by the counts alone, as the paper does.
     """
 
     def __init__(
@@ -212,6 +252,7 @@ class SuffixDrafter:
         alpha: float = 1.0,
         min_prob: float = 0.1,
         min_match: int = 2,
+        calibrated: bool = True,
     ) -> None:
         if not alpha > 0:
             raise InvalidParameterError(f"suffix drafter: alpha must be > 0, got {alpha}")
@@ -225,8 +266,10 @@ class SuffixDrafter:
             )
         self.store = store if store is not None else SuffixStore()
         self.alpha, self.min_prob, self.min_match = alpha, min_prob, min_match
+        self.calibrated = calibrated
         self.rows: list[int | None] = []  # each row's segment in the store
         self._last: list[list[int]] = []  # the proposal of the current step, per row
+        self._kinds: list[tuple[int, bool] | None] = []  # the kind of match each row drafted
         # Rows still live when the drafter goes (an engine's reset) count as finished.
         weakref.finalize(self, _close_all, self.store, self.rows)
 
@@ -239,17 +282,26 @@ class SuffixDrafter:
 
     def lookup(self, row: int, k: int) -> list[int]:
         """Up to k tokens continuing row `row`'s history (see the module's docstring)."""
+        return self._lookup(row, k)[0]
+
+    def _lookup(self, row: int, k: int) -> tuple[list[int], tuple[int, bool] | None]:
+        """The draft and its kind of match (None where nothing is drafted)."""
         if k <= 0:
-            return []
+            return [], None
         length, found = self.store.match(self.tokens(row))
         if length < self.min_match:
-            return []
-        return continuation(found, min(k, int(self.alpha * length)), self.min_prob)
+            return [], None
+        kind = Calibration.kind(length, len(found))
+        rate = self.store.calibration.rate(kind) if self.calibrated else 1.0
+        draft = continuation(found, min(k, int(self.alpha * length)), self.min_prob, rate)
+        return draft, kind if draft else None
 
     def propose(self, k, params, generators) -> Draft:
         if k < 0:
             raise InvalidParameterError(f"a draft of {k} tokens: k must be >= 0")
-        self._last = [self.lookup(row, k) for row in range(len(self.rows))]
+        looked = [self._lookup(row, k) for row in range(len(self.rows))]
+        self._last = [draft for draft, _ in looked]
+        self._kinds = [kind for _, kind in looked]
         tokens = torch.zeros(len(self.rows), k, dtype=torch.long)  # [B, k]
         for row, found in enumerate(self._last):
             tokens[row, : len(found)] = torch.tensor(found, dtype=torch.long)
@@ -262,6 +314,8 @@ class SuffixDrafter:
             seg = self.rows[row]
             if seg is not None:
                 self.store.extend(seg, self._last[row][:n] + [nxt])
+            if self._kinds and self._kinds[row] is not None:
+                self.store.calibration.record(self._kinds[row], len(self._last[row]), n)
 
     def move_row(self, src: int, dst: int) -> None:
         """Row dst finished (the engine moves its last row there)."""

@@ -119,13 +119,15 @@ class Eagle3Config:
             "draft_vocab_size": self.draft_vocab_size,
             "eagle_aux_hidden_state_layer_ids": list(self.aux_layer_ids),
             "rms_norm_eps": self.rms_norm_eps,
-            "rope_theta": self.rope_theta,
+            "rope_theta": self.rope_theta,  # transformers 4's spelling, and 5's:
+            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
             "max_position_embeddings": self.max_position_embeddings,
             "norm_before_residual": self.norm_before_residual,
             "attention_bias": False,
             "mlp_bias": False,
             "tie_word_embeddings": False,
             "torch_dtype": str(dtype).removeprefix("torch."),
+            "dtype": str(dtype).removeprefix("torch."),
             "specdec_n_predict": self.n_predict,
         }
 
@@ -162,7 +164,11 @@ class Eagle3Config:
             draft_vocab_size=int(data.get("draft_vocab_size") or data["vocab_size"]),
             target_vocab_size=int(data["vocab_size"]),
             aux_layer_ids=tuple(int(i) for i in aux),
-            rope_theta=float(data.get("rope_theta", 10000.0)),
+            rope_theta=float(
+                data.get("rope_theta")
+                or (data.get("rope_parameters") or {}).get("rope_theta")
+                or 10000.0
+            ),
             rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=int(data.get("max_position_embeddings", 32768)),
             norm_before_residual=bool(data.get("norm_before_residual", False)),

@@ -37,6 +37,7 @@ from specdec.serving.protocol import (
     usage,
 )
 from specdec.serving.provenance import ProvenanceTracker
+from specdec.serving.tools import tool_calls
 from specdec.stats import SpecStats
 from specdec.tokenization import encode_chat
 
@@ -282,11 +283,12 @@ def build_app(
     @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
     async def chat_completions(req: ChatCompletionRequest, request: Request):
         check_request(req)
-        if req.tools:
-            raise APIError(400, "tools are not supported by this server", param="tools")
-        messages = [{"role": m.role, "content": m.text()} for m in req.messages]
+        functions = req.functions
+        if functions and req.stream:
+            raise APIError(400, "streaming with tools is not supported yet", param="stream")
+        messages = [m.for_template() for m in req.messages]
         try:
-            prompt = encode_chat(tokenizer, messages)
+            prompt = encode_chat(tokenizer, messages, [_tool(f) for f in functions] or None)
         except SpecdecError as err:
             raise APIError(400, str(err), param="messages") from err
         items = plan(req, [prompt], req.requested_max_tokens)
@@ -330,11 +332,21 @@ def build_app(
             }
             for i, c in enumerate(done)
         ]
+        for choice, c in zip(choices, done, strict=True):
+            calls = tool_calls(c.text, functions, req.forced_tool) if functions else None
+            if calls is not None:
+                choice["message"] = {"role": "assistant", "content": None, "tool_calls": calls}
+                choice["finish_reason"] = "tool_calls"
         body = _envelope(rid, "chat.completion", created, model_name, choices)
         body["usage"] = _usage([prompt], req.n, done, heads())
         return body
 
     return app
+
+
+def _tool(function: dict) -> dict:
+    """A function definition as chat templates take tools."""
+    return {"type": "function", "function": function}
 
 
 def _completion_prompts(prompt, tokenizer) -> list[list[int]]:

@@ -1,14 +1,17 @@
 """Incremental detokenization for streaming: text deltas that never split a character and
 never show text a stop string will later cut.
 
-A byte-level BPE token can end in the middle of a UTF-8 character; decoding then yields
-U+FFFD until the next token completes it. A stop string can also arrive over several
-tokens. So each delta holds back (a) a trailing replacement character and (b) the longest
-tail of the text that could still grow into a stop string. Concatenated deltas equal the
-final text exactly: the same `decode` of all tokens, cut before the first stop string.
+`tokenizers`' `DecodeStream` turns the tokens into text as they come: it holds back a
+token that ends inside a UTF-8 character (a byte-level BPE's, a byte-fallback's) until
+the next completes it, and applies the tokenizer's own decoder to each step. On top of it
+each delta holds back the longest tail of the text that could still grow into a stop
+string. `finish` ends with the same `decode` of all tokens that the completion's text is
+(cut before the first stop string), so concatenated deltas equal it exactly.
 """
 
 from __future__ import annotations
+
+from tokenizers.decoders import DecodeStream
 
 from specdec.tokenization import StopChecker
 
@@ -18,23 +21,24 @@ class IncrementalDetokenizer:
         self.tokenizer = tokenizer
         self.stop = stop
         self._cutter = StopChecker(tokenizer, stop)
+        self._backend = tokenizer.backend_tokenizer  # the `tokenizers.Tokenizer`
+        self._stream = DecodeStream(skip_special_tokens=True)
+        self._fed = 0  # tokens given to the stream
+        self._text = ""  # what the stream has decoded
         self.sent = ""  # text already handed out
-
-    def _decode(self, token_ids: list[int]) -> str:
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True)
 
     def delta(self, token_ids: list[int]) -> str:
         """New text safe to send, given all tokens generated so far."""
-        text = self._cutter.cut(self._decode(token_ids))
-        end = len(text)
-        while end > len(self.sent) and text[end - 1] == "\ufffd":
-            end -= 1
-        end -= self._stop_prefix_tail(text[:end])
-        return self._advance(text, end)
+        new = token_ids[self._fed :]
+        if new:
+            self._text += self._stream.step(self._backend, new) or ""
+            self._fed = len(token_ids)
+        text = self._cutter.cut(self._text)
+        return self._advance(text, len(text) - self._stop_prefix_tail(text))
 
     def finish(self, token_ids: list[int]) -> str:
         """The rest of the text once the sequence is finished (stop strings cut)."""
-        text = self._cutter.cut(self._decode(token_ids))
+        text = self._cutter.cut(self.tokenizer.decode(token_ids, skip_special_tokens=True))
         return self._advance(text, len(text))
 
     def _advance(self, text: str, end: int) -> str:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from specdec.params import MAX_TOP_LOGPROBS, Grammar, SamplingParams
+from specdec.serving.tools import template_message, tool_grammar
 from specdec.stats import SpecStats
 
 MAX_N = 16  # choices per request
@@ -111,6 +112,10 @@ class _SamplingFields(BaseModel):
         """Alternatives per token, or None for no logprobs (each endpoint's own field)."""
         return None
 
+    def grammar(self) -> Grammar | None:
+        """The constraint on the answer, if any."""
+        return None if self.response_format is None else self.response_format.grammar()
+
     def sampling_params(self, max_tokens: int, index: int = 0) -> SamplingParams:
         """Choice `index` of n: seeded requests give choice i the seed `seed + i`."""
         seed = None if self.seed is None else (self.seed + index) % 2**63
@@ -127,7 +132,7 @@ class _SamplingFields(BaseModel):
             frequency_penalty=self.frequency_penalty,
             logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
             logprobs=self.top_logprobs_count,
-            grammar=None if self.response_format is None else self.response_format.grammar(),
+            grammar=self.grammar(),
         )
 
     @property
@@ -161,18 +166,52 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # a tool's answer: to which call
+    name: str | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
             return "".join(part.text for part in self.content)
         return self.content or ""
 
+    def for_template(self) -> dict[str, Any]:
+        """The message as the chat template reads it."""
+        out: dict[str, Any] = {"role": self.role, "content": self.text()}
+        for key in ("tool_calls", "tool_call_id", "name"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return template_message(out)
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolDef(BaseModel):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"]
+    function: NamedFunction
+
 
 class ChatCompletionRequest(_SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
-    tools: Any = None
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     logprobs: StrictBool = False
     top_logprobs: TopLogprobs | None = None
 
@@ -183,10 +222,43 @@ class ChatCompletionRequest(_SamplingFields):
         return self.top_logprobs or 0
 
     @model_validator(mode="after")
-    def _top_needs_logprobs(self) -> ChatCompletionRequest:
+    def _consistent(self) -> ChatCompletionRequest:
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
+        names = [t.function.name for t in self.tools or []]
+        if len(set(names)) < len(names):
+            raise ValueError("tools: function names must be distinct")
+        if self.tool_choice not in (None, "none", "auto") and not names:
+            raise ValueError("tool_choice needs tools")
+        if isinstance(self.tool_choice, NamedToolChoice):
+            if self.tool_choice.function.name not in names:
+                raise ValueError(
+                    f"tool_choice names {self.tool_choice.function.name!r}, not a tool"
+                )
+        fmt = self.response_format
+        if self.forced_tool and fmt is not None and fmt.type != "text":
+            raise ValueError("response_format and a required tool call cannot both constrain")
         return self
+
+    @property
+    def functions(self) -> list[dict[str, Any]]:
+        """The tools' function definitions (none when tool_choice is "none")."""
+        if self.tool_choice == "none":
+            return []
+        return [t.function.model_dump(exclude_none=True) for t in self.tools or []]
+
+    @property
+    def forced_tool(self) -> bool:
+        """Whether the answer must be a tool call (tool_choice "required" or named)."""
+        return bool(self.tools) and self.tool_choice not in (None, "none", "auto")
+
+    def grammar(self) -> Grammar | None:
+        if self.forced_tool:
+            choice = self.tool_choice
+            return tool_grammar(
+                self.functions, choice if choice == "required" else choice.model_dump()
+            )
+        return super().grammar()
 
     @property
     def requested_max_tokens(self) -> int | None:

@@ -101,3 +101,31 @@ def test_eagle3_rows_joining_mid_run_leave_greedy_output_exact(setup, tokenizer,
     eng = engine(target, tokenizer, make, 3, GreedyAcceptor(), 3, nodes)
     seqs = staggered(eng, PROMPTS, [params] * len(PROMPTS))
     assert [s.output_ids for s in seqs] == refs
+
+
+def test_eagle3_prompts_reusing_a_stored_prefix_draft_as_a_full_prefill_does(setup, tokenizer):
+    """The engine's prefix store skips a shared prompt start; the drafter restores the
+    auxiliary states of the skipped positions from its own store, so its drafts (and the
+    passes they take) are those of a run without the store, and the output is plain's."""
+    target, _, params, head = setup
+    common = [60, 3, 3, 3, 3, 9, 12, 80, 81, 2, 44, 17, 42, 8, 5]
+    prompts = [common + [7], common + [33, 8]]
+    plain = Engine(target, tokenizer, frozenset()).generate(prompts, params)
+
+    def run(store_tokens):
+        eng = Engine(
+            target,
+            tokenizer,
+            frozenset(),
+            drafter_factory=lambda b, length: Eagle3Drafter(head, b, length),
+            acceptor=GreedyAcceptor(),
+            window=FixedWindow(3),
+            prefix_cache_tokens=store_tokens,
+        )
+        outs = [eng.generate([p], params)[0] for p in prompts]  # the second reuses the first
+        return [c.token_ids for c in outs], [c.stats.steps for c in outs], outs
+
+    tokens, steps, outs = run(4096)
+    assert outs[1].stats.cached_tokens > 0
+    assert tokens == [c.token_ids for c in plain]
+    assert (tokens, steps) == run(0)[:2]

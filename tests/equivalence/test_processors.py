@@ -54,6 +54,8 @@ CASES = {
     "penalties": dict(**PENALISED),
     "grammar": dict(grammar=Grammar("json_schema", json.dumps(SCHEMA))),
     "json_object+bias": dict(grammar=Grammar("json_object"), logit_bias={20: 3.0}),
+    # Done after two letters: EOS alone from then on, drafts of EOS after EOS included.
+    "grammar done, ignore_eos": dict(grammar=Grammar("regex", "[a-c]{2}"), ignore_eos=True),
 }
 
 
@@ -149,3 +151,37 @@ def test_bad_parameters_are_refused(models, tokenizer):
     with pytest.raises(InvalidParameterError, match="top_logprobs"):
         SamplingParams(logprobs=21)
     assert not plain.has_work
+
+
+@pytest.mark.parametrize("case", ["penalties", "grammar"])
+@pytest.mark.parametrize("acceptor", [GreedyAcceptor(), RejectionSampler()], ids=["greedy", "rs"])
+def test_candidate_trees_see_their_own_paths(models, tokenizer, case, acceptor):
+    """A tree's node is processed after its ancestors (not after the nodes before it in the
+    flat order): scripted heads put the processed continuation at rank 1 of each level, so
+    the best-scoring path is wrong and only the per-path processing keeps all of it."""
+    from test_speculator_tree import HEADS, TREE, ScriptedTreeSpeculator
+
+    from specdec.drafters import SpeculatorDrafter
+
+    _, target, _ = models
+    prompts = [[5, 17, 42, 8], [60, 3, 3, 3, 3, 9, 12, 80]]
+    params = SamplingParams(temperature=0, max_tokens=25, logprobs=2, **CASES[case])
+    want = Engine(target, tokenizer, EOS).generate(prompts, params)
+    refs = [c.token_ids for c in want]
+    heads = ScriptedTreeSpeculator(target, prompts, refs, lambda i: True)
+    heads.strict = False  # a row that finished early has no reference past its end
+    engine = Engine(
+        target,
+        tokenizer,
+        EOS,
+        drafter_factory=lambda b, n: SpeculatorDrafter(heads, b, tree=TREE, n_candidates=12),
+        acceptor=acceptor,
+        window=FixedWindow(5),
+        max_tree_nodes=12 * HEADS,
+    )
+    got = engine.generate(prompts, params)
+    assert [c.token_ids for c in got] == refs
+    assert sum(c.stats.accepted for c in got) >= sum(len(r) - 1 for r in refs) // 2
+    for w, g in zip(want, got, strict=True):
+        for a, b in zip(w.logprobs, g.logprobs, strict=True):
+            assert b.token == a.token and b.logprob == pytest.approx(a.logprob, abs=1e-4)

@@ -202,3 +202,102 @@ def test_out_of_range_is_a_400_and_the_server_stays_up(server, url, body, text):
     assert text in error["message"] and set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error"
     assert httpx.post(server.url + "/v1/completions", json=OK, timeout=30).status_code == 200
+
+
+# ---- tool calls ---------------------------------------------------------------------------
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"enum": ["Paris", "Oslo"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 14},
+            },
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+
+
+def tool_answer(client, speculate: bool, **kwargs):
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    args = dict(model=MODEL, messages=messages, max_tokens=120, temperature=0) | kwargs
+    return client.chat.completions.create(**args, **spec(speculate)).choices[0]
+
+
+@pytest.mark.parametrize(
+    "choice,names",
+    [
+        ("required", {"get_weather", "get_time"}),
+        ({"type": "function", "function": {"name": "get_weather"}}, {"get_weather"}),
+    ],
+    ids=["required", "named"],
+)
+def test_forced_tool_calls_parse_and_validate(client, choice, names):
+    answers = [
+        tool_answer(client, on, tools=[WEATHER, TIME], tool_choice=choice) for on in SPECULATE
+    ]
+    for answer in answers:
+        assert answer.finish_reason == "tool_calls" and answer.message.content is None
+        (call,) = answer.message.tool_calls
+        assert call.type == "function" and call.id.startswith("call_")
+        assert call.function.name in names
+        arguments = json.loads(call.function.arguments)
+        if call.function.name == "get_weather":
+            assert arguments["city"] in {"Paris", "Oslo"} and isinstance(arguments["days"], int)
+            assert set(arguments) == {"city", "days"}
+    assert answers[0].message.tool_calls[0].function == answers[1].message.tool_calls[0].function
+
+
+def test_auto_tools_answer_in_text_unless_the_model_calls(client):
+    answer = tool_answer(client, True, tools=[WEATHER], max_tokens=12)  # a random model
+    assert answer.message.tool_calls is None and answer.finish_reason == "length"
+    assert answer.message.content
+
+
+def test_a_conversation_with_earlier_calls_and_results(client):
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "days": 1}'},
+    }
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
+    out = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=[WEATHER], max_tokens=5, temperature=0
+    )
+    assert out.choices[0].message.content is not None
+
+
+TOOLS_BAD = [
+    (
+        {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
+        "not a tool",
+    ),
+    ({"tool_choice": "required"}, "tool_choice needs tools"),
+    ({"tools": [WEATHER], "stream": True}, "streaming with tools"),
+    ({"tools": [WEATHER, WEATHER]}, "distinct"),
+    (
+        {
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}],
+            "tool_choice": "required",
+        },
+        "does not compile",
+    ),
+]
+
+
+@pytest.mark.parametrize("extra,text", TOOLS_BAD, ids=[t for _, t in TOOLS_BAD])
+def test_bad_tools_are_400s(server, extra, text):
+    response = httpx.post(server.url + "/v1/chat/completions", json={**CHAT, **extra}, timeout=30)
+    assert response.status_code == 400, response.text
+    assert text in response.json()["error"]["message"]

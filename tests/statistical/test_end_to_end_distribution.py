@@ -25,7 +25,8 @@ from specdec.drafters import DraftModelDrafter
 from specdec.drafters.draft_vocab import prune_vocab_head
 from specdec.drafters.suffix import SuffixDrafter, SuffixStore
 from specdec.engine import Engine
-from specdec.params import SamplingParams
+from specdec.params import Grammar, SamplingParams
+from specdec.stats import SpecStats
 from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf
@@ -45,6 +46,23 @@ CASES = {
     # Four tokens: some requests take a second speculative step after a rejection, which
     # exercises the draft model's rollback and pending tokens.
     "top-k 3, 4 tokens": dict(top_k=3, max_tokens=4),
+    # Six tokens at k = 4: the first speculative step verifies four drafted positions.
+    "top-k 2, 6 tokens, k = 4": dict(top_k=2, max_tokens=6),
+    # Penalties and a bias through the engine's processors (each position after the
+    # drafts before it), and a grammar mask (letters a-e, EOS once done: ignored).
+    "penalties, top-k 3, 4 tokens": dict(
+        top_k=3, max_tokens=4, presence_penalty=1.0, frequency_penalty=1.0, logit_bias={40: 2.0}
+    ),
+    "grammar, t 0.8, 4 tokens": dict(
+        temperature=0.8, max_tokens=4, grammar=Grammar("regex", "[a-e]{1,3}")
+    ),
+}
+WINDOWS = {name: 4 for name in CASES if name.endswith("k = 4")}  # else k = 3
+# Fewer requests where the processors' per-row work (or six tokens) makes an arm slow.
+ARM_N = {
+    "top-k 2, 6 tokens, k = 4": N // 2,
+    "penalties, top-k 3, 4 tokens": N // 2,
+    "grammar, t 0.8, 4 tokens": N // 2,
 }
 
 
@@ -73,6 +91,9 @@ def sequences(engine: Engine, sampling: dict, first_seed: int, n: int = N) -> Co
     counts = Counter(tuple(c.token_ids) for c in out)
     drafted = sum(c.stats.drafted for c in out)
     counts["acceptance"] = sum(c.stats.accepted for c in out) / max(drafted, 1)
+    # per draft position: how many steps tested it and how many kept it
+    counts["drafted at"] = tuple(sum((c.stats for c in out), SpecStats()).drafted_at)
+    counts["kept at"] = tuple(sum((c.stats for c in out), SpecStats()).accepted_at)
     return counts
 
 
@@ -80,8 +101,8 @@ def plain_engine(target, tokenizer) -> Engine:
     return Engine(target, tokenizer, frozenset(), max_batch=MAX_BATCH)
 
 
-def spec_engine(target, draft, tokenizer, acceptor, drafter=DraftModelDrafter, **options):
-    """k = 3 speculation with `drafter(draft, ...)` (`options` go to the drafter)."""
+def spec_engine(target, draft, tokenizer, acceptor, drafter=DraftModelDrafter, k=3, **options):
+    """k-token speculation with `drafter(draft, ...)` (`options` go to the drafter)."""
     return Engine(
         target,
         tokenizer,
@@ -89,14 +110,14 @@ def spec_engine(target, draft, tokenizer, acceptor, drafter=DraftModelDrafter, *
         max_batch=MAX_BATCH,
         drafter_factory=lambda b, n: drafter(draft, 97, 97, b, n, **options),
         acceptor=acceptor,
-        window=FixedWindow(3),
+        window=FixedWindow(k),
     )
 
 
 def homogeneity(a: Counter, b: Counter, min_count: int = 10) -> float:
     """p-value of chi-square homogeneity; outcomes rarer than `min_count` in both arms
     together are pooled into one cell."""
-    outcomes = sorted((set(a) | set(b)) - {"acceptance"})
+    outcomes = sorted(o for o in set(a) | set(b) if isinstance(o, tuple))
     common = [o for o in outcomes if a[o] + b[o] >= min_count]
     rare = [o for o in outcomes if a[o] + b[o] < min_count]
     table = [[a[o] for o in common], [b[o] for o in common]]
@@ -113,7 +134,8 @@ def plain_counts(models, tokenizer):
 
     def get(name):
         if name not in cache:
-            cache[name] = sequences(plain_engine(models[0], tokenizer), CASES[name], 0)
+            n = ARM_N.get(name, N)
+            cache[name] = sequences(plain_engine(models[0], tokenizer), CASES[name], 0, n)
         return cache[name]
 
     return get
@@ -123,13 +145,24 @@ def plain_counts(models, tokenizer):
 def test_speculative_sampling_matches_plain_sampling(models, tokenizer, plain_counts, name):
     target, draft = models
     plain = plain_counts(name)
-    spec = sequences(spec_engine(target, draft, tokenizer, RejectionSampler()), CASES[name], N)
+    k = WINDOWS.get(name, 3)
+    engine = spec_engine(target, draft, tokenizer, RejectionSampler(), k=k)
+    n = ARM_N.get(name, N)
+    spec = sequences(engine, CASES[name], n, n)
     value = homogeneity(plain, spec)
     print(name, f"p = {value:.3g}", f"outcomes {len(plain) - 1}", f"acc {spec['acceptance']}")
     assert value > PASS
     assert 0.2 < spec["acceptance"] < 0.8  # both the accept and the residual paths are taken
     if name.startswith("top-k 4"):
-        assert len(set(plain) | set(spec)) - 1 <= 4**3
+        sequences_seen = [o for o in set(plain) | set(spec) if isinstance(o, tuple)]
+        assert len(sequences_seen) <= 4**3  # three tokens, each among the top 4
+    if k == 4:  # steps verified four drafted positions, and some kept all four
+        assert len(spec["drafted at"]) == 4 and spec["drafted at"][3] > 500
+        assert spec["kept at"][3] > 100
+    if name.startswith("grammar"):
+        outcomes = [o for o in set(plain) | set(spec) if isinstance(o, tuple)]
+        texts = [tokenizer.decode(list(o), skip_special_tokens=True) for o in outcomes]
+        assert all(text and set(text) <= set("abcde") for text in texts)
 
 
 # ---- a draft model whose vocabulary head is cut to some ids -----------------------------
@@ -216,11 +249,16 @@ class AlwaysAcceptLossy:
         (ResampleFromPLossy, "top-k 4, 3 tokens"),
         (ResampleFromPLossy, "t 0.7, top-p 0.9, 3 tokens"),
         (AlwaysAcceptLossy, "top-k 4, 3 tokens"),
+        (ResampleFromPLossy, "top-k 2, 6 tokens, k = 4"),
+        (ResampleFromPLossy, "penalties, top-k 3, 4 tokens"),
+        (ResampleFromPLossy, "grammar, t 0.8, 4 tokens"),
     ],
 )
 def test_biased_acceptor_fails(models, tokenizer, plain_counts, acceptor, name):
     target, draft = models
-    spec = sequences(spec_engine(target, draft, tokenizer, acceptor()), CASES[name], N)
+    engine = spec_engine(target, draft, tokenizer, acceptor(), k=WINDOWS.get(name, 3))
+    n = ARM_N.get(name, N)
+    spec = sequences(engine, CASES[name], n, n)
     value = homogeneity(plain_counts(name), spec)
     print(acceptor.__name__, name, f"p = {value:.3g}")
     assert value < FAIL

@@ -278,6 +278,8 @@ def test_a_head_without_a_reduced_vocabulary_or_layer_ids_takes_vllms_defaults(t
     head.save(tmp_path / "h")
     config = json.loads((tmp_path / "h" / "config.json").read_text())
     del config["draft_vocab_size"], config["eagle_aux_hidden_state_layer_ids"]
+    config["rope_theta"] = None  # transformers 5 writes only rope_parameters
+    config["rope_parameters"]["rope_theta"] = 500.0
     (tmp_path / "h" / "config.json").write_text(json.dumps(config))
     tensors = load_file(tmp_path / "h" / "model.safetensors")
     del tensors["d2t"], tensors["t2d"]
@@ -286,6 +288,7 @@ def test_a_head_without_a_reduced_vocabulary_or_layer_ids_takes_vllms_defaults(t
     loaded = load_eagle3(tmp_path / "h", deep)
     assert loaded.config.aux_layer_ids == default_aux_layers(8) == (2, 4, 5)
     assert loaded.vocab_map.tolist() == list(range(97))
+    assert loaded.config.rope_theta == 500.0
 
 
 def _edit(path, tensors=None, config=None):

@@ -90,15 +90,43 @@ def test_continuation_follows_the_majority_while_it_is_likely():
 def test_draft_length_grows_with_the_match_and_stops_at_min_match():
     store = SuffixStore()
     store.close(store.open(list(range(100, 140))))
-    drafter = SuffixDrafter(store, alpha=1.0, min_match=2)
+    drafter = SuffixDrafter(store, alpha=1.0, min_match=2, calibrated=False)
     drafter.admit([[100, 101], [7, 100, 101, 102, 103, 104, 105], [9, 105]])
     assert drafter.lookup(0, 16) == [102, 103]  # a 2-token match: 2 tokens
     assert drafter.lookup(1, 16) == list(range(106, 112))  # 6 tokens matched: 6 drafted
     assert drafter.lookup(1, 3) == [106, 107, 108]  # the window caps it
     assert drafter.lookup(2, 16) == []  # 1 token matched < min_match
-    wide = SuffixDrafter(store, alpha=2.0)
+    wide = SuffixDrafter(store, alpha=2.0, calibrated=False)
     wide.admit([[100, 101]])
     assert wide.lookup(0, 16) == [102, 103, 104, 105]
+
+
+def test_calibration_lengthens_drafts_the_target_keeps_and_cuts_the_others():
+    """A match seen once reads as certain by its counts: the learnt rate decides. Before
+    any verdict it is 0.5 (3 tokens at min_prob 0.1); kept drafts raise it, rejected
+    ones lower it until nothing of that kind is drafted."""
+    store = SuffixStore()
+    store.close(store.open(list(range(100, 164))))
+    drafter = SuffixDrafter(store)
+    drafter.admit([list(range(100, 116))])  # a 16-token match, one occurrence
+    assert drafter.lookup(0, 16) == [116, 117, 118]
+    kind = (3, False)  # 16..31 tokens, once
+    drafter.propose(16, None, None)
+    drafter.commit(torch.tensor([2]), torch.tensor([999]))  # 2 of 3 kept, the third tested
+    assert (store.calibration.kept[kind], store.calibration.tested[kind]) == (2, 3)
+    store = SuffixStore()  # the same single match, in a store that learnt more
+    store.close(store.open(list(range(100, 164))))
+    for _ in range(30):  # drafts of that kind kept whole
+        store.calibration.record(kind, 16, 16)
+    assert store.calibration.rate(kind) > 0.9
+    again = SuffixDrafter(store)
+    again.admit([list(range(100, 116))])
+    assert again.lookup(0, 16) == list(range(116, 132))
+    for _ in range(300):  # now every drafted token is rejected: the old counts fade
+        store.calibration.record(kind, 16, 0)
+    assert store.calibration.rate(kind) < 0.1 and again.lookup(0, 16) == []
+    other = (1, False)  # another kind of match is not affected
+    assert store.calibration.rate(other) == 0.5
 
 
 def test_a_request_recalls_an_earlier_requests_output_across_drafters():
@@ -111,7 +139,7 @@ def test_a_request_recalls_an_earlier_requests_output_across_drafters():
         first.commit(torch.tensor([0]), torch.tensor([token]))
     first.reset_row(0)  # finished: joins the past requests
     assert store.past_tokens == len(prompt + answer)
-    second = SuffixDrafter(store)  # a new engine's drafter, same process
+    second = SuffixDrafter(store, calibrated=False)  # a new engine's drafter, same process
     second.admit([[9, 9, 1, 2, 3, 40]])
     draft = second.propose(8, None, None)
     assert draft.lengths.tolist() == [4] and draft.tokens[0, :4].tolist() == [41, 42, 43, 44]
