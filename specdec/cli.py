@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +27,14 @@ def _model_args(p) -> None:
         help="tokens drafted per step, or 'auto' (default with --draft)",
     )
     p.add_argument("--k-max", type=int, default=8, help="largest window 'auto' may choose")
+    p.add_argument(
+        "--tune-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds a load may spend timing kernel choices this machine has not measured "
+        "(default 60, or $SPECDEC_TUNE_BUDGET; 0: the plans predicted for this CPU only)",
+    )
     p.add_argument(
         "--tree",
         default=None,
@@ -366,6 +375,14 @@ def _print_human(c, base, load_s: float) -> None:
 
 def _load(args, **engine_args):
     from specdec.llm import LLM
+
+    budget = getattr(args, "tune_budget", None)
+    if budget is not None:
+        if budget < 0:
+            raise InvalidParameterError(f"--tune-budget {budget}: must be >= 0 seconds")
+        os.environ["SPECDEC_TUNE_BUDGET"] = str(budget)
+    if getattr(args, "json", False):  # machine-read output: no progress bars, status lines
+        os.environ["SPECDEC_PROGRESS"] = "0"
 
     return LLM(
         args.model,

@@ -85,10 +85,13 @@ def plan_steps(total: int, what: str) -> None:
     else:
         from specdec.models.registry import status
 
-        status(
-            f"timing {total} kernel choice(s) of {what} on this machine "
-            f"(budget {left_s():.0f} s; SPECDEC_TUNE_BUDGET=0: predicted plans only)"
-        )
+        if allows():
+            status(
+                f"timing up to {total} kernel choice(s) of {what} on this machine, within "
+                f"{left_s():.0f} s (SPECDEC_TUNE_BUDGET; 0: the plans predicted for its CPU)"
+            )
+        else:
+            status(f"{total} kernel choice(s) of {what} on the plans predicted for this CPU")
 
 
 @contextmanager
