@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,14 @@ def _model_args(p) -> None:
     from specdec.engine_args import EngineArgs
 
     EngineArgs.add_cli_args(p)
+    p.add_argument(
+        "--tune-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds a load may spend timing kernel choices this machine has not measured "
+        "(default 60, or $SPECDEC_TUNE_BUDGET; 0: the plans predicted for this CPU only)",
+    )
 
 
 def _generate_args(sub) -> None:
@@ -278,6 +287,14 @@ def _load(args, **fields):
     """The LLM of the parsed flags (`fields`: the command's own, e.g. max_batch)."""
     from specdec.engine_args import EngineArgs
     from specdec.llm import LLM
+
+    budget = getattr(args, "tune_budget", None)
+    if budget is not None:
+        if budget < 0:
+            raise InvalidParameterError(f"--tune-budget {budget}: must be >= 0 seconds")
+        os.environ["SPECDEC_TUNE_BUDGET"] = str(budget)
+    if getattr(args, "json", False):  # machine-read output: no progress bars, status lines
+        os.environ["SPECDEC_PROGRESS"] = "0"
 
     return LLM(EngineArgs.from_cli_args(args, **fields))
 

@@ -81,23 +81,53 @@ def decode_bytes(cfg: ModelConfig, bytes_per_weight: float = 2.0) -> int:
     return int((cfg.num_layers * (attention + mlp) + head) * bytes_per_weight)
 
 
+def _source(entry: dict) -> str:
+    """Whether a kernel cache entry was measured here or predicted for this CPU
+    (`kernel_plans`; a later load measures it, budget permitting)."""
+    return "predicted" if entry.get("predicted") else "measured"
+
+
 def kernel_rows(cache: dict) -> list[dict]:
-    """One row per projection shape: the kernel per bucket and its GB/s at 1 and 8 rows."""
+    """One row per projection shape: the kernel per bucket, whether that plan was measured
+    or predicted, and (measured) its GB/s at 1 and 8 rows."""
     rows = []
     for group, entry in cache.get("groups", {}).items():
         gbs = {}
-        for bucket in ("1", "8"):
+        for bucket in ("1", "8") if "seconds" in entry else ():
             seconds = entry["seconds"][bucket][entry["plan"][bucket]]
             gbs[bucket] = round(entry["bytes"] / seconds / 1e9, 1)
-        rows.append({"shape": group, "plan": entry["plan"], "gb_s": gbs})
+        rows.append({"shape": group, "plan": entry["plan"], "source": _source(entry), "gb_s": gbs})
     return rows
+
+
+def stack_rows(cache: dict) -> list[dict]:
+    """One row per model shape with a native decode stack: the buckets it takes, and
+    whether that was measured (whole passes both ways) or predicted."""
+    return [
+        {
+            "model": key,
+            "stack": [b for b, way in entry["plan"].items() if way == "stack"],
+            "source": _source(entry),
+        }
+        for key, entry in cache.get("stacks", {}).items()
+    ]
+
+
+def tile_layout_rows(cache: dict) -> list[dict]:
+    """One row per tiled int4 group: whether it keeps the tile layout, measured or not."""
+    return [
+        {"shape": key, "tiles": entry["tiles"], "source": _source(entry)}
+        for key, entry in cache.get("tile_layout", {}).items()
+    ]
 
 
 def tile_prefetch_row(cache: dict) -> dict | None:
     """The int4 tile layout's prefetch level chosen here and its GB/s at 1 and 4 rows at each
     level (`tuning.tune_prefetch`), or None before an int4 target has loaded."""
     entry = cache.get("tile_prefetch")
-    return {"level": entry["level"], "gb_s": _gb_s(entry)} if entry else None
+    if not entry:
+        return None
+    return {"level": entry["level"], "source": _source(entry), "gb_s": _gb_s(entry)}
 
 
 def _gb_s(entry: dict) -> dict:
@@ -105,7 +135,7 @@ def _gb_s(entry: dict) -> dict:
     `entry["bytes"]` weight bytes (`tuning`'s prefetch and panel layout timings)."""
     return {
         name: {rows: round(entry["bytes"] / s / 1e9, 1) for rows, s in by_rows.items()}
-        for name, by_rows in entry["seconds"].items()
+        for name, by_rows in entry.get("seconds", {}).items()
     }
 
 
@@ -114,7 +144,10 @@ def bf16_panels_row(cache: dict) -> dict | None:
     FMAs) and each layout's GB/s at 1, 4 and 8 rows (`tuning.tune_bf16_panels`),
     or None where the build reads one layout or no bf16 model has loaded yet."""
     entry = cache.get("bf16_panels")
-    return {"layout": "{}x{}".format(*entry["layout"]), "gb_s": _gb_s(entry)} if entry else None
+    if not entry:
+        return None
+    layout = "{}x{}".format(*entry["layout"])
+    return {"layout": layout, "source": _source(entry), "gb_s": _gb_s(entry)}
 
 
 def resident_gb(cfg: ModelConfig) -> dict[str, float]:
@@ -129,7 +162,9 @@ def resident_gb(cfg: ModelConfig) -> dict[str, float]:
 def report(bandwidth_gib: float = 1.0) -> dict:
     from specdec.hub import REGISTRY, cache_root
     from specdec.kernels import native
+    from specdec.kernels.kernel_plans import isa_class
     from specdec.kernels.tuning import kernel_cache, machine
+    from specdec.kernels.tuning_budget import budget_s
 
     bandwidth = read_bandwidth_gbs(bandwidth_gib)
     compute = arithmetic(torch.get_num_threads())
@@ -164,6 +199,10 @@ def report(bandwidth_gib: float = 1.0) -> dict:
         "native_kernel": native.bf16_gemv() is not None,
         "kernel_cache": str(cache),
         "kernels": kernels,
+        "plan_class": isa_class(),  # the rules a group nothing measured follows
+        "tune_budget_s": budget_s(),
+        "decode_stacks": stack_rows(stored),
+        "int4_tile_layout": tile_layout_rows(stored),
         "int4_tile_prefetch": tile_prefetch_row(stored),
         "bf16_panels": bf16_panels_row(stored),
         "models": models,
@@ -187,12 +226,28 @@ def print_report(data: dict) -> None:
             )
     print(f"native bf16 kernel: {'built' if data['native_kernel'] else 'unavailable'}")
     print(f"kernel plans ({data['kernel_cache']}):")
+    budget = data.get("tune_budget_s", 0)
     if not data["kernels"]:
-        print("  none yet: they are measured the first time a model loads on this machine")
+        print(
+            f"  none yet: a first load takes the plans predicted for {data.get('plan_class')} "
+            f"CPUs and measures the uncertain ones within {budget:.0f} s"
+        )
     for row in data["kernels"]:
         plan = " ".join(f"{b}:{k}" for b, k in row["plan"].items())
         gbs = row["gb_s"]
-        print(f"  {row['shape']:36} {gbs['1']:5} GB/s @1 row, {gbs['8']:5} @8  [{plan}]")
+        timed = f"{gbs['1']:5} GB/s @1 row, {gbs['8']:5} @8" if gbs else "predicted, untimed"
+        print(f"  {row['shape']:36} {timed:28} {row.get('source', 'measured'):9} [{plan}]")
+    if any(row.get("source") == "predicted" for row in data["kernels"]):
+        print(
+            f"  predicted plans follow the rules for {data.get('plan_class')} CPUs; the next "
+            f"loads measure them within their budget ({budget:.0f} s, SPECDEC_TUNE_BUDGET)"
+        )
+    for row in data.get("decode_stacks", []):
+        most = max(map(int, row["stack"]), default=0)
+        print(f"  decode stack of {row['model'][:48]}: up to {most} rows ({row['source']})")
+    for row in data.get("int4_tile_layout", []):
+        way = "tiles" if row["tiles"] else "rows"
+        print(f"  int4 layout {row['shape']:36} {way} ({row['source']})")
     prefetch = data.get("int4_tile_prefetch")
     if prefetch:
         where = {0: "L1", 1: "L2"}
@@ -200,13 +255,17 @@ def print_report(data: dict) -> None:
             f"into {where[int(level)]} {gbs['1']} GB/s @1 row, {gbs['4']} @4"
             for level, gbs in prefetch["gb_s"].items()
         )
+        timed = timed or prefetch.get("source", "measured")
         print(f"int4 tile layout prefetches into {where[prefetch['level']]} ({timed})")
     panels = data.get("bf16_panels")
     if panels:
         timed = ", ".join(
             f"{name} {gbs['1']} / {gbs['4']} / {gbs['8']}" for name, gbs in panels["gb_s"].items()
         )
-        print(f"bf16 panels: {panels['layout']} (GB/s at 1 / 4 / 8 rows: {timed})")
+        if timed:
+            print(f"bf16 panels: {panels['layout']} (GB/s at 1 / 4 / 8 rows: {timed})")
+        else:
+            print(f"bf16 panels: {panels['layout']} (predicted)")
     print("bandwidth bound of plain bf16 decoding, batch 1:")
     for row in data["models"]:
         if row["pulled"]:

@@ -48,15 +48,8 @@ from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.graphs.static_pass import use_static_passes
 from specdec.heads.eagle import load_eagle
 from specdec.heads.mlp import load_speculator
-from specdec.kernels.decode_stack import tune_stack
-from specdec.kernels.quant import quantize, with_decode_stack
-from specdec.kernels.tuning import (
-    tune_bf16_panels,
-    tune_kernels,
-    tune_layout,
-    tune_prefetch,
-    use_stored_bf16_panels,
-)
+from specdec.kernels.first_load import prepare_cpu, tune_layers, tune_model
+from specdec.kernels.quant import quantize
 from specdec.models.quant_load import load_model
 from specdec.models.transformer import Transformer
 from specdec.params import SamplingParams
@@ -154,7 +147,7 @@ class LLM:
         quant = args.quant
         source = gguf_source(args.model) if quant == "int4" and self.tp is None else None
         if torch.device(device).type == "cpu":
-            use_stored_bf16_panels()  # pack once, in the layout this machine timed
+            prepare_cpu()  # native builds; pack once, in the layout this machine timed
         # Streamed into its quantized layers, refused up front where it would not fit.
         self.model = _tuned(_load_model(path, dtype, device, self.tp, quant, source, "the target"))
         self.layer_stack = None if args.fused_layers else "eager"  # raced at the first capture
@@ -424,12 +417,8 @@ def _tuned(model):
     """`model` with every CPU projection on the kernel measured fastest here, and its
     steps through the native decode stack where that was measured faster."""
     if model.device.type == "cpu":
-        tune_prefetch(model)  # how the int4 tile layout streams here, before its plans are timed
-        repacked = tune_bf16_panels(model)  # which bf16 panel layout streams faster here
-        if any(not entry["tiles"] for entry in tune_layout(model).values()) or repacked:
-            with_decode_stack(model)  # built with tiles some groups dropped, or other panels
-        tune_kernels(model)
-        tune_stack(model)  # where its native stack beats the eager layers, by whole passes
+        # Measured here, else predicted for this CPU and measured within the budget.
+        tune_model(model, "a model")
     return model
 
 
@@ -446,10 +435,7 @@ def tuned_layers(module):
     # Buffers too: an int4 layer's `weight` is a meta shape, its blocks are buffers.
     tensors = (*module.parameters(), *module.buffers())
     if next(t for t in tensors if t.device.type != "meta").device.type == "cpu":
-        tune_prefetch(module)
-        tune_bf16_panels(module)
-        tune_layout(module)
-        tune_kernels(module)
+        tune_layers(module, "a draft head")
     return module
 
 

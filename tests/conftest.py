@@ -22,6 +22,14 @@ def _fast_threads():
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_tuning_budget():
+    # The tuning budget is the process's: each test starts with a whole one (as a process).
+    from specdec.kernels import tuning_budget
+
+    tuning_budget.reset()
+
+
 @pytest.fixture(scope="session")
 def script():
     """Import `scripts/NAME.py` (not a package) as a module: `script("bench_gpu")`."""

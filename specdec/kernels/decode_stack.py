@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.kernels import native, tuning
+from specdec.kernels import kernel_plans, native, tuning, tuning_budget
 from specdec.kernels.linear import BUCKETS, Linear, bucket_of
 from specdec.kernels.quant import PACKED_MAX_ROWS, Int4Linear, _q4_bias
 
@@ -169,7 +169,11 @@ def tune_stack(model: Transformer, *, cache=None, retune: bool = False) -> dict 
     `tune_kernels`, with the projections' plans), per bucket of rows, and let the stack
     take the buckets where it was faster. Stored beside the kernel plans, keyed by the
     machine and `stack_key`, so a process on the same machine reads the choice. Returns
-    the entry (None where the model has no stack)."""
+    the entry (None where the model has no stack).
+
+    Without a measurement and without tuning budget left (`tuning_budget`), the stack
+    takes the buckets `kernel_plans` predicts for this CPU (stored as predicted, measured
+    by a later load's budget)."""
     stack = model.decode_stack
     if stack is None:
         return None
@@ -178,17 +182,38 @@ def tune_stack(model: Transformer, *, cache=None, retune: bool = False) -> dict 
     stored = {} if retune else tuning.stored_entries("stacks", cache=cache)
     entry = stored.get(key)
     panels = tuning.panels_timed(stack.probe)  # a bf16 stack reads that layout
-    if (
-        entry is None
-        or set(entry["plan"]) != {str(b) for b in STACK_BUCKETS}
-        or entry.get("panels") != panels
-    ):
-        tuning.announce("timing whole passes through the native decode stack", cache)
-        entry = {**_measure(model, stack), "panels": panels}
+    if _stack_pending(entry, panels):
+        if tuning_budget.allows():
+            with tuning_budget.measuring("whole passes through the native decode stack"):
+                entry = {**_measure(model, stack), "panels": panels}
+        else:
+            tuning_budget.skipped()
+            if entry is None or not entry.get("predicted") or entry.get("panels") != panels:
+                kind = "int4" if stack._kernel == "q4_native" else "bf16"
+                plan = kernel_plans.predicted_stack(kind)
+                entry = {"plan": plan, "predicted": True, "panels": panels}
         stored[key] = entry
         tuning.store(cache, "stacks", stored)
     stack.measured = {int(b): way == "stack" for b, way in entry["plan"].items()}
     return entry
+
+
+def _stack_pending(entry: dict | None, panels) -> bool:
+    return (
+        entry is None
+        or bool(entry.get("predicted"))
+        or set(entry["plan"]) != {str(b) for b in STACK_BUCKETS}
+        or entry.get("panels") != panels
+    )
+
+
+def pending(model: Transformer, *, cache=None) -> int:
+    """1 where `model`'s stack has not been measured here yet (`tune_stack` would time it)."""
+    stack = model.decode_stack
+    if stack is None:
+        return 0
+    entry = tuning.stored_entries("stacks", cache=cache).get(stack_key(model))
+    return int(_stack_pending(entry, tuning.panels_timed(stack.probe)))
 
 
 def _measure(model: Transformer, stack: DecodeStack) -> dict:

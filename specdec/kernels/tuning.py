@@ -11,9 +11,12 @@ behind the plans are kept with them: `projection_seconds` sums them into what a 
 rows costs a model, which prices a cold start of speculation before any verify pass or
 draft step has been timed (`window.pricing.startup_verify_time`, `CostModel.draft_share`).
 
-Timing the candidates costs seconds per model the first time on a machine (a few sweeps per
+Timing the candidates costs seconds per group the first time on a machine (a few sweeps per
 candidate and bucket; a candidate already 3x slower than the best after one sweep is not
-timed again).
+timed again), minutes per model on two cores. So a machine that has measured nothing starts
+from the plans predicted for its CPU (`kernel_plans`), and each load measures the uncertain
+choices while its time budget lasts (`tuning_budget`, `SPECDEC_TUNE_BUDGET`); a stored
+entry says "predicted": true until a load has measured it.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.kernels import native
+from specdec.kernels import kernel_plans, native, tuning_budget
 from specdec.kernels.linear import BUCKETS, KERNELS_VERSION, Linear
 
 REPEATS = 5
@@ -205,25 +208,87 @@ def _load(path: Path) -> dict:
         return {}
 
 
-def tune_kernels(model: nn.Module, *, cache: Path | None = None, retune: bool = False) -> dict:
+def tune_kernels(
+    model: nn.Module,
+    *,
+    cache: Path | None = None,
+    retune: bool = False,
+    certain: bool = False,
+) -> dict:
     """Give every CPU `Linear` of `model` the plan measured fastest here (from the cache
-    when this machine has timed that group before). Returns {group: entry}."""
+    when this machine has timed that group before), else the plan predicted for this CPU
+    (`kernel_plans`). Groups whose choice is uncertain (several candidates) are measured
+    while the tuning budget lasts (`tuning_budget`), largest first; groups with one
+    candidate take it untimed, and are timed (for `projection_seconds`) only when
+    `certain` is set (`time_certain_groups`, after everything else). Returns
+    {group: entry}; predicted entries carry "predicted": True."""
     cache = cache or kernel_cache()
     stored = {} if retune else stored_entries("groups", cache=cache)
     groups = _groups(model)
     stale = [key for key, layers in groups.items() if _stale(stored.get(key), layers)]
-    if stale:
-        announce(f"timing the kernels of {len(stale)} layer group(s)", cache)
+    stale.sort(key=lambda key: -groups[key][0].stored_bytes() * len(groups[key]))
+    changed = False
     for key in stale:
-        stored[key] = measure_group(groups[key])
+        layers = groups[key]
+        sure = kernel_plans.certain(layers[0])
+        if sure and not certain:  # one candidate: taken untimed (timed last, if at all)
+            pass
+        elif tuning_budget.allows():
+            with tuning_budget.measuring(f"kernels of {key}"):
+                stored[key] = measure_group(layers)
+            changed = True
+            continue
+        elif not sure:
+            tuning_budget.skipped()
+        entry = stored.get(key)
+        if entry is None or not entry.get("predicted") or _predicted_stale(entry, layers):
+            stored[key] = predicted_group(layers)
+            changed = True
     chosen = {}
     for key, layers in groups.items():
         for layer in layers:
             layer.use({int(b): name for b, name in stored[key]["plan"].items()})
         chosen[key] = stored[key]
-    if stale:
+    if changed:
         store(cache, "groups", stored)
     return chosen
+
+
+def time_certain_groups(model: nn.Module, *, cache: Path | None = None) -> dict:
+    """Time the groups of `model` that took their one candidate untimed, while the budget
+    lasts: their timings price a cold start of speculation (`projection_seconds`), which
+    otherwise waits for the engine's own timings."""
+    return tune_kernels(model, cache=cache, certain=True)
+
+
+def predicted_group(layers: list[Linear]) -> dict:
+    """A group's entry without timing: the plan `kernel_plans` predicts for this CPU."""
+    plan = kernel_plans.predicted_plan(layers[0])
+    return {
+        "plan": {str(b): name for b, name in plan.items()},
+        "predicted": True,
+        "candidates": sorted(layers[0].kernels()),
+        "panels": panels_timed(layers[0]),
+    }
+
+
+def _predicted_stale(entry: dict, layers: list[Linear]) -> bool:
+    """Whether a predicted entry no longer fits this build (other candidates or panels)."""
+    return (
+        entry.get("candidates") != sorted(layers[0].kernels())
+        or entry.get("panels") != panels_timed(layers[0])
+        or set(entry["plan"]) != {str(b) for b in BUCKETS}
+    )
+
+
+def pending_groups(model: nn.Module, *, cache: Path | None = None) -> int:
+    """How many of `model`'s groups with an uncertain plan are not measured yet."""
+    stored = stored_entries("groups", cache=cache)
+    return sum(
+        1
+        for key, layers in _groups(model).items()
+        if _stale(stored.get(key), layers) and not kernel_plans.certain(layers[0])
+    )
 
 
 def _stale(entry: dict | None, layers: list[Linear]) -> bool:
@@ -231,20 +296,13 @@ def _stale(entry: dict | None, layers: list[Linear]) -> bool:
     bucket existed or was timed at its lowest row count too, one timed in another bf16
     panel layout, or one that timed other candidates than this build has."""
     buckets = {str(b) for b in BUCKETS}
-    if entry is None or not set(entry["plan"]) == set(entry.get("seconds_low", {})) == buckets:
+    if entry is None or entry.get("predicted"):
+        return True
+    if not set(entry["plan"]) == set(entry.get("seconds_low", {})) == buckets:
         return True
     if entry.get("panels") != panels_timed(layers[0]):  # timed in another panel layout
         return True
     return set(entry["seconds"][str(BUCKETS[0])]) != set(layers[0].kernels())
-
-
-def announce(what: str, cache: Path) -> None:
-    """One line on stderr before a timing that takes a while (minutes for a 1.5B model on
-    two cores): it runs once per machine, torch and native build, so a user who meets it
-    after a fresh install or an upgrade knows why the first load is slow."""
-    from specdec.console import status
-
-    status(f"{what} on this machine, once per machine and build (kept in {cache})")
 
 
 def stored_entries(name: str, *, cache: Path | None = None) -> dict:
@@ -325,10 +383,16 @@ def tune_prefetch(model: nn.Module, *, cache: Path | None = None, retune: bool =
         return {}
     cache = cache or kernel_cache()
     entry = {} if retune else stored_entries("tile_prefetch", cache=cache)
-    if entry.get("level") not in native.TILE_PREFETCH_LEVELS:
-        announce("timing the int4 tiles' prefetch", cache)
-        entry = measure_prefetch(layers)
-        store(cache, "tile_prefetch", entry)
+    if entry.get("level") not in native.TILE_PREFETCH_LEVELS or entry.get("predicted"):
+        if tuning_budget.allows():
+            with tuning_budget.measuring("int4 tile prefetch"):
+                entry = measure_prefetch(layers)
+            store(cache, "tile_prefetch", entry)
+        else:
+            tuning_budget.skipped()
+            if entry.get("level") not in native.TILE_PREFETCH_LEVELS:
+                entry = {"level": kernel_plans.predicted_prefetch(), "predicted": True}
+                store(cache, "tile_prefetch", entry)
     native.set_tile_prefetch(entry["level"])
     return entry
 
@@ -387,11 +451,16 @@ def use_stored_bf16_panels(*, cache: Path | None = None) -> bool:
     """Pack bf16 weights from now on in the layout this machine timed before, if it has:
     called before a model is loaded, so its first packing is already in that layout
     (`tune_bf16_panels` would otherwise re-pack every layer, holding the weights a third
-    time meanwhile). Returns whether a stored layout was put in force."""
+    time meanwhile). Returns whether a measured layout was put in force (else the one
+    `kernel_plans` predicts for this CPU is)."""
     if len(native.bf16_panel_layouts()) < 2:
         return False
-    layout = tuple(stored_entries("bf16_panels", cache=cache).get("layout", ()))
-    if layout not in native.bf16_panel_layouts():
+    entry = stored_entries("bf16_panels", cache=cache)
+    layout = tuple(entry.get("layout", ()))
+    if entry.get("predicted") or layout not in native.bf16_panel_layouts():
+        # Nothing measured: pack in the predicted layout, what the load keeps unless its
+        # tuning budget measures another (`tune_bf16_panels` then re-packs).
+        native.set_bf16_panel_layout(kernel_plans.predicted_panels(native.bf16_panel_layouts()))
         return False
     native.set_bf16_panel_layout(layout)
     return True
@@ -413,17 +482,23 @@ def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: boo
     if not layers or len(native.bf16_panel_layouts()) < 2:
         return False
     cache = cache or kernel_cache()
-    if retune or not use_stored_bf16_panels(cache=cache):
-        announce("timing the bf16 panel layouts", cache)
+    if (retune or not use_stored_bf16_panels(cache=cache)) and tuning_budget.allows():
         swept, size = [], 0
         for layer in layers:
             if size >= 2 * SWEEP_BYTES:
                 break
             swept.append(layer)
             size += layer.stored_bytes()
-        entry = measure_bf16_panels(swept)
+        with tuning_budget.measuring("bf16 panel layouts"):
+            entry = measure_bf16_panels(swept)
         store(cache, "bf16_panels", entry)
         native.set_bf16_panel_layout(tuple(entry["layout"]))
+    elif not use_stored_bf16_panels(cache=cache):  # nothing measured, no budget left
+        tuning_budget.skipped()
+        layout = kernel_plans.predicted_panels(native.bf16_panel_layouts())
+        if stored_entries("bf16_panels", cache=cache).get("layout") is None:
+            store(cache, "bf16_panels", {"layout": list(layout), "predicted": True})
+        native.set_bf16_panel_layout(layout)
     dropped = False
     for layer in layers:
         panels = layer.formats.get("native_bf16")
@@ -487,11 +562,15 @@ def tune_layout(model: nn.Module, *, cache: Path | None = None, retune: bool = F
         groups[group_key(layer)].append(layer)
     cache = cache or kernel_cache()
     stored = {} if retune else stored_entries("tile_layout", cache=cache)
-    missing = [key for key in groups if not isinstance(stored.get(key, {}).get("tiles"), bool)]
-    if missing:
-        announce(f"timing the int4 tile layout of {len(missing)} layer group(s)", cache)
+    missing = [key for key in groups if _layout_pending(stored.get(key))]
     for key in missing:
-        stored[key] = measure_layout(groups[key])
+        if tuning_budget.allows():
+            with tuning_budget.measuring(f"int4 tile layout of {key}"):
+                stored[key] = measure_layout(groups[key])
+        else:
+            tuning_budget.skipped()
+            if not isinstance(stored.get(key, {}).get("tiles"), bool):
+                stored[key] = {"tiles": kernel_plans.predicted_tiles(), "predicted": True}
     if missing:
         store(cache, "tile_layout", stored)
     for key, group in groups.items():
@@ -499,6 +578,30 @@ def tune_layout(model: nn.Module, *, cache: Path | None = None, retune: bool = F
             for layer in group:
                 layer.tiles = torch.empty(0, dtype=torch.uint8)
     return {key: stored[key] for key in groups}
+
+
+def _layout_pending(entry: dict | None) -> bool:
+    return entry is None or entry.get("predicted") or not isinstance(entry.get("tiles"), bool)
+
+
+def pending_steps(model: nn.Module, *, cache: Path | None = None) -> int:
+    """How many uncertain choices of `model` this machine has not measured yet (what a
+    load would time, budget permitting): the tile prefetch, the bf16 panel layout, each
+    tiled group's layout and each uncertain group's kernels (the decode stack counts apart,
+    `decode_stack.pending`). Group keys after a layout change may differ: an estimate."""
+    cache = cache or kernel_cache()
+    n = 0
+    tiled = _tiled_int4(model) if native.q4_gemv() is not None else []
+    if tiled:
+        entry = stored_entries("tile_prefetch", cache=cache)
+        n += entry.get("level") not in native.TILE_PREFETCH_LEVELS or bool(entry.get("predicted"))
+        stored = stored_entries("tile_layout", cache=cache)
+        n += sum(_layout_pending(stored.get(key)) for key in {group_key(m) for m in tiled})
+    if _native_bf16_layers(model) and len(native.bf16_panel_layouts()) > 1:
+        entry = stored_entries("bf16_panels", cache=cache)
+        layout = tuple(entry.get("layout", ()))
+        n += bool(entry.get("predicted")) or layout not in native.bf16_panel_layouts()
+    return n + pending_groups(model, cache=cache)
 
 
 def projection_seconds(model: object, *, cache: Path | None = None) -> dict[int, float]:

@@ -38,6 +38,7 @@ def test_the_int4_tile_prefetch_choice_is_reported_with_its_speeds(monkeypatch, 
     entry = {"level": 1, "seconds": {"0": {"1": 2.0, "4": 4.0}, "1": {"1": 1.0, "4": 2.0}}}
     assert doctor.tile_prefetch_row({"tile_prefetch": {**entry, "bytes": 1e9}}) == {
         "level": 1,
+        "source": "measured",
         "gb_s": {"0": {"1": 0.5, "4": 0.2}, "1": {"1": 1.0, "4": 0.5}},  # 0.25 rounds to even
     }
     assert doctor.tile_prefetch_row({}) is None
@@ -60,6 +61,7 @@ def test_the_bf16_panel_layout_is_reported_with_its_speeds(capsys):
     row = doctor.bf16_panels_row({"bf16_panels": entry})
     assert row == {
         "layout": "32x1",
+        "source": "measured",
         "gb_s": {"16x2": {"1": 2.0, "4": 1.0, "8": 0.5}, "32x1": {"1": 2.0, "4": 2.0, "8": 1.0}},
     }
     assert doctor.bf16_panels_row({}) is None

@@ -1,0 +1,79 @@
+"""A load's machine-specific work, shown as it goes: native builds, then kernel tuning.
+
+On a fresh machine a load first builds the native kernels (a minute or more each on two
+cores), then settles each kernel choice: from this machine's measurements where it has
+them, else from the plan predicted for its CPU (`kernel_plans`), measuring the uncertain
+choices while the tuning budget lasts (`tuning_budget`). Both phases show as tqdm bars on
+stderr (`tuning_budget.progress_enabled`), what is being built or timed, how many steps
+are left and an ETA.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+from specdec.kernels import native, tuning, tuning_budget
+
+
+def build_native() -> None:
+    """Build (or load the earlier builds of) every native kernel, one bar step each."""
+    getters = {
+        "bf16_gemv": native.bf16_gemv,
+        "q4_gemv": native.q4_gemv,
+        "decode_stack": native.decode_stack,
+    }
+    bar = tqdm(
+        getters.items(),
+        desc="native kernels",
+        unit="build",
+        file=sys.stderr,
+        leave=False,
+        disable=not tuning_budget.progress_enabled(),
+    )
+    for name, get in bar:
+        bar.set_postfix_str(name)
+        get()
+    bar.close()
+
+
+def prepare_cpu() -> None:
+    """Before a CPU model loads: the native builds, and the bf16 panel layout weights
+    are packed in (this machine's measured one, else the predicted one)."""
+    build_native()
+    tuning.use_stored_bf16_panels()
+
+
+def tune_model(model, label: str) -> None:
+    """`llm._tuned`'s steps for a whole `Transformer` (`label`: "the target", ...)."""
+    from specdec.kernels import decode_stack
+    from specdec.kernels.quant import with_decode_stack
+
+    tuning_budget.plan_steps(
+        tuning.pending_steps(model) + decode_stack.pending(model), label
+    )
+    try:
+        tuning.tune_prefetch(model)  # how the tiles stream, before plans are timed
+        repacked = tuning.tune_bf16_panels(model)
+        layouts = tuning.tune_layout(model).values()
+        if any(not entry["tiles"] for entry in layouts) or repacked:
+            with_decode_stack(model)  # built with tiles some groups dropped, or other panels
+        tuning.tune_kernels(model)
+        decode_stack.tune_stack(model)  # where the native stack beats the eager layers
+        tuning.time_certain_groups(model)  # for the cost model, budget permitting
+    finally:
+        tuning_budget.close()
+
+
+def tune_layers(module, label: str) -> None:
+    """`tune_model` for what is not a whole Transformer (no decode stack)."""
+    tuning_budget.plan_steps(tuning.pending_steps(module), label)
+    try:
+        tuning.tune_prefetch(module)
+        tuning.tune_bf16_panels(module)
+        tuning.tune_layout(module)
+        tuning.tune_kernels(module)
+        tuning.time_certain_groups(module)
+    finally:
+        tuning_budget.close()
