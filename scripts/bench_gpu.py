@@ -34,7 +34,7 @@ import torch
 from specdec.bench.costs import forward_seconds
 from specdec.doctor import decode_bytes
 from specdec.engine import Engine
-from specdec.kernels.tuning import cpu_info
+from specdec.kernels.cpu import cpu_info
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
 from specdec.params import SamplingParams

@@ -56,7 +56,7 @@ from specdec.drafters.eagle import EagleDrafter  # noqa: E402
 from specdec.engine import Engine  # noqa: E402
 from specdec.graphs.static_pass import StaticPasses, capture_seconds  # noqa: E402
 from specdec.heads.eagle import build_eagle  # noqa: E402
-from specdec.kernels.tuning import cpu_info  # noqa: E402
+from specdec.kernels.cpu import cpu_info  # noqa: E402
 from specdec.params import SamplingParams  # noqa: E402
 from specdec.window import (  # noqa: E402
     AdaptiveWindow,

@@ -108,7 +108,7 @@ def llamacpp_model(gguf: Path, context: int):
             "dependencies: pip install llama-cpp-python==0.3.36 (without --no-deps)"
         ) from err
 
-    from specdec.kernels.tuning import cpu_info
+    from specdec.kernels.cpu import cpu_info
 
     info = llama_cpp.llama_print_system_info().decode(errors="replace")
     problem = llamacpp_amx_problem(info, set(cpu_info()[1].split()))

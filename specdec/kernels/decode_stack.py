@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.kernels import kernel_plans, native, tuning, tuning_budget
-from specdec.kernels.linear import BUCKETS, Linear, bucket_of
+from specdec.kernels.linear import STACK_BUCKETS, Linear, bucket_of
 from specdec.kernels.quant import PACKED_MAX_ROWS, Int4Linear, _q4_bias
 
 if TYPE_CHECKING:  # annotations only: the models are built on these kernels
@@ -149,7 +149,6 @@ def _or_empty(t: torch.Tensor | None) -> torch.Tensor:
 
 # Buckets the stack competes for: a decode step, a verify pass, a few rows of either.
 # Longer passes (prefills) are the eager layers' (their products are compute-bound).
-STACK_BUCKETS = tuple(b for b in BUCKETS if b <= 32)
 CONTEXT = 64  # committed positions before the timed passes (a short prompt)
 REPEATS = 3
 

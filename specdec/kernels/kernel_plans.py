@@ -27,7 +27,8 @@ Where each rule comes from (docs/BENCHMARKS.md at the tag archive/bench-runs):
 
 from __future__ import annotations
 
-from specdec.kernels.linear import BUCKETS, Linear
+from specdec.kernels.cpu import cpu_info
+from specdec.kernels.linear import BUCKETS, STACK_BUCKETS, Linear
 
 _DECODE = (1, 2, 4, 8, 16, 32)  # buckets of decode steps and verify passes
 _PREFILL = (64, 256)
@@ -83,7 +84,6 @@ FALLBACK = {
 def isa_class() -> str:
     """This machine's class in `PREDICTED` (the native build's instruction set)."""
     from specdec.kernels import native
-    from specdec.kernels.tuning import cpu_info
 
     return native.instruction_set(set(cpu_info()[1].split()))
 
@@ -136,7 +136,5 @@ def predicted_tiles(isa: str | None = None) -> bool:
 def predicted_stack(kind: str, isa: str | None = None) -> dict[str, str]:
     """{bucket: "stack" | "eager"} over `decode_stack.STACK_BUCKETS` for a stack of `kind`
     ("int4" / "bf16")."""
-    from specdec.kernels.decode_stack import STACK_BUCKETS
-
     most = rules(isa)["stack"][kind]
     return {str(b): "stack" if b <= most else "eager" for b in STACK_BUCKETS}

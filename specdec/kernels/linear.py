@@ -50,6 +50,7 @@ from specdec.kernels import native
 # that pays a fixed cost per call (widening the weights to fp32) can win, where at 64 rows
 # it loses (measured on a Zen 3: fp32 upcast 0.4 GB/s at 64 rows, behind the native kernel).
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 256)
+STACK_BUCKETS = tuple(b for b in BUCKETS if b <= 32)  # the native decode stack's
 
 # The PyTorch-side candidates' version: a change to one of them must be timed again, so it
 # is part of the machine key that tuned plans (and `auto`'s cached costs) are stored under.

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import time
 from collections import defaultdict
 from functools import partial
@@ -44,34 +43,13 @@ GIVE_UP = 3.0  # a candidate this many times slower than the best after one swee
 SWEEP_BYTES = 128 * 2**20
 
 
-def cpu_info() -> tuple[str, str]:
-    """The CPU's model name and its feature flags, as /proc/cpuinfo gives them."""
-    model, flags = platform.processor() or platform.machine(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and model in ("", platform.machine(), "x86_64"):
-                model = value.strip()
-            elif key.strip() in ("flags", "Features") and not flags:
-                flags = value.strip()
-    except OSError:
-        pass
-    return model, flags
-
-
 def machine() -> dict[str, str | int]:
     """What decides which kernel is fastest: the CPU, its features, cores, torch, threads,
     and the native kernels' sources (a faster native kernel must be measured again, and
     `auto`'s cached costs with it), and the version of the PyTorch-side candidates."""
-    model, flags = cpu_info()
     return {
-        "cpu": model,
-        "flags": hashlib.sha256(flags.encode()).hexdigest()[:12],
-        "cores": os.cpu_count() or 1,
-        "torch": torch.__version__,
+        **native.build_identity(),  # the CPU, its features, cores, torch, sources, ISA
         "threads": torch.get_num_threads(),
-        "native": native.sources_digest(),
-        "isa": native.instruction_set(set(flags.split())),  # which native paths are built
         "kernels": KERNELS_VERSION,
     }
 

@@ -83,7 +83,7 @@ def plan_steps(total: int, what: str) -> None:
         _bar.total += total
         _bar.refresh()
     else:
-        from specdec.hub import status
+        from specdec.console import status
 
         if allows():
             status(

@@ -397,7 +397,7 @@ def test_native_q4_avx512_build_computes_what_the_avx2_build_does(tmp_path):
     import subprocess
     import sys
 
-    from specdec.kernels.tuning import cpu_info
+    from specdec.kernels.cpu import cpu_info
 
     widest = native.instruction_set(set(cpu_info()[1].split()))
     if widest == "avx2":

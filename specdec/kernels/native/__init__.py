@@ -22,6 +22,10 @@ import time
 from functools import cache
 from pathlib import Path
 
+import torch
+
+from specdec.kernels.cpu import cpu_info
+
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 
@@ -207,11 +211,22 @@ def _clear_stale_lock(build: Path) -> None:
         lock.unlink(missing_ok=True)
 
 
+def build_identity() -> dict[str, str | int]:
+    """What a native build is keyed by: the CPU, its features, cores, torch, the sources'
+    digest and the instruction set built for (`tuning.machine` adds what plans depend on)."""
+    model, flags = cpu_info()
+    return {
+        "cpu": model,
+        "flags": hashlib.sha256(flags.encode()).hexdigest()[:12],
+        "cores": os.cpu_count() or 1,
+        "torch": torch.__version__,
+        "native": sources_digest(),
+        "isa": instruction_set(set(flags.split())),  # which native paths are built
+    }
+
+
 def _build(name: str):
     """Compile (or load the earlier build of) `<name>.cpp`, or None where it cannot be."""
-    # Imported here: tuning imports linear.py, which imports this module.
-    from specdec.kernels.tuning import cpu_info, machine
-
     flags = set(cpu_info()[1].split())
     if os.environ.get("SPECDEC_NATIVE", "1") == "0" or not ISA_NEEDS["avx2"] <= flags:
         return None
@@ -221,10 +236,10 @@ def _build(name: str):
         from specdec.console import status
         from specdec.paths import cache_root
 
-        # The build depends on the CPU, torch, the sources and the instruction set (machine()
-        # names all four; torch alone would not rebuild for a changed header), not on how
-        # many threads run it or on the PyTorch-side kernels.
-        built_for = {k: v for k, v in machine().items() if k not in ("threads", "kernels")}
+        # The build depends on the CPU, torch, the sources and the instruction set (torch
+        # alone would not rebuild for a changed header), not on how many threads run it or
+        # on the PyTorch-side kernels.
+        built_for = build_identity()
         # And where the sources are: torch rebuilds a module whose source paths differ from
         # its last build's, so two checkouts sharing a build folder rebuilt each other's
         # kernels at every load (minutes each; seen with a worktree beside a moved tree).
@@ -264,6 +279,4 @@ def compiler() -> str | None:
 def buildable() -> bool:
     """Whether this machine can build the kernels: a compiler and AVX2 + FMA. Where it
     can, a build that fails is a bug (a compile error), not a machine without them."""
-    from specdec.kernels.tuning import cpu_info
-
     return compiler() is not None and ISA_NEEDS["avx2"] <= set(cpu_info()[1].split())
