@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TypeVar
 
 import torch
@@ -25,109 +25,23 @@ from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.grammar import GrammarCompiler
 from specdec.graphs.static_pass import StaticPasses, capture_seconds, use_static_passes
 from specdec.heads.tree import TreeDraft, TreeWalkSampler
-from specdec.logprobs import TokenLogprob, offer_logprobs
+from specdec.logprobs import offer_logprobs
 from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
 from specdec.models.transformer import Transformer, pass_spans, right_pad
 from specdec.params import SamplingParams
 from specdec.processors import RequestProcessor, chain_paths, process_logits, tree_paths
 from specdec.sampling import make_generator, request_probs
-from specdec.stats import SpecStats
+from specdec.sequence import (
+    Completion,
+    LiveSequence,
+    drop_finished,
+    postpone,
+    tokens_left,
+)
 from specdec.tokenization import StopChecker
 from specdec.types import Batch, StepRecord
 from specdec.window import FixedWindow, PricesModels, Window
-
-
-@dataclass
-class Completion:
-    """One request's result and timings."""
-
-    text: str
-    token_ids: list[int]
-    prompt_tokens: int
-    finish_reason: str  # "stop" (EOS or stop string) | "length" | "abort"
-    stats: SpecStats  # steps, drafted/accepted tokens, timings
-    logprobs: list[TokenLogprob] | None = None  # one per token id, when asked for
-
-    @property
-    def elapsed_s(self) -> float:
-        """From the request's arrival until it finished."""
-        return self.stats.elapsed_s
-
-    @property
-    def ttft_s(self) -> float:
-        return self.stats.ttft_s
-
-    @property
-    def num_generated(self) -> int:
-        return len(self.token_ids)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.num_generated / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        return {
-            "text": self.text,
-            "token_ids": self.token_ids,
-            "prompt_tokens": self.prompt_tokens,
-            "num_generated": self.num_generated,
-            "finish_reason": self.finish_reason,
-            "elapsed_s": round(self.elapsed_s, 4),
-            "ttft_s": round(self.ttft_s, 4),
-            "tokens_per_s": round(self.tokens_per_s, 3),
-            "spec": self.stats.to_dict(),
-        }
-
-
-@dataclass(eq=False)  # identity: two requests are never "equal"
-class LiveSequence:
-    """Decoding state of one request while it is live."""
-
-    prompt_ids: list[int]
-    params: SamplingParams
-    generator: torch.Generator
-    stop: StopChecker
-    request_id: str | None = None
-    # The clock looked up at each call, not bound at import: a test may patch it.
-    arrived_at: float = field(default_factory=lambda: time.perf_counter())
-    output_ids: list[int] = field(default_factory=list)
-    stats: SpecStats = field(default_factory=lambda: SpecStats(requests=1))
-    finish_reason: str | None = None
-    # One (drafted, kept, emitted) per decode step: tokens output_ids[1:] came from these
-    # steps in order, the first `kept` of each step's `emitted` being accepted draft
-    # tokens and the rest the target's own (output_ids[0] is the prefill's).
-    trace: list[tuple[int, int, int]] = field(default_factory=list)
-    first_token_at: float | None = None
-    finished_at: float | None = None
-    # Logits processing (penalties, logit_bias, a grammar), following the output.
-    processor: RequestProcessor | None = None
-    # The emitted tokens' log probabilities, when asked for; a pass queues its tokens'
-    # entries in `offered` (`specdec.logprobs.offer_logprobs`) and `append` takes them.
-    logprobs: list[TokenLogprob] | None = None
-    offered: deque[TokenLogprob] = field(default_factory=deque)
-
-    def append(self, token: int, eos_ids: frozenset[int], now: float) -> None:
-        """Add one generated token and decide whether the sequence is finished."""
-        self.output_ids.append(token)
-        if self.processor is not None:
-            self.processor.accept(token)
-        if self.logprobs is not None:
-            self.logprobs.append(self.offered.popleft())
-        if self.first_token_at is None:
-            self.first_token_at = now
-        if token in eos_ids and not self.params.ignore_eos:
-            self.finish_reason = "stop"
-        elif self.stop.hit(self.output_ids):
-            self.finish_reason = "stop"
-        elif len(self.output_ids) >= self.params.max_tokens:
-            self.finish_reason = "length"
-        if self.finish_reason is not None:
-            self.finished_at = now
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
 
 
 class Engine:
@@ -374,7 +288,7 @@ class Engine:
         away = queued_at  # the caller's time runs from the call to the first next
         try:
             while any(not s.finished for s in seqs):
-                _postpone([s for s in seqs if not s.finished], time.perf_counter() - away)
+                postpone([s for s in seqs if not s.finished], time.perf_counter() - away)
                 # admit, a turn between prefill passes
                 yield from self.admit_steps(caller_time=True)
                 self.decode()
@@ -474,7 +388,7 @@ class Engine:
             waited = time.perf_counter() - paused
             away += waited  # not the prefill's time either way
             if caller_time:
-                _postpone(admitted + self.live + list(self.waiting), waited)
+                postpone(admitted + self.live + list(self.waiting), waited)
         if len(self.live) != first_row:  # rows left in decode steps between the passes
             first_row = self._move_admitted(len(admitted), first_row)
         now = time.perf_counter()
@@ -489,7 +403,7 @@ class Engine:
             seq.append(token, self.eos_ids, now)
         self.live.extend(admitted)
         # Sequences done after one token leave before the drafter ever sees them.
-        _drop_finished(self.live, [self._cache], start=first_row)
+        drop_finished(self.live, [self._cache], start=first_row)
         if self._drafter is not None and len(self.live) > first_row:
             self._drafter.admit([s.prompt_ids + s.output_ids for s in self.live[first_row:]])
             if self._powers.watches is not None:
@@ -542,14 +456,14 @@ class Engine:
                     cached = int(self._cache.lengths[row])  # all but the newest token
                     self.prefix_cache.save(self._cache, row, history[: min(cached, len(history))])
         holders = [self._cache] if self._drafter is None else [self._cache, self._drafter]
-        _drop_finished(self.live, holders)
+        drop_finished(self.live, holders)
 
     def _step(self, live: list[LiveSequence], cache: KVCache, drafter: Drafter | None) -> None:
         """Propose -> verify -> accept -> commit and roll back -> emit -> observe."""
         B = len(live)
         params = [s.params for s in live]
         generators = [s.generator for s in live]
-        left = [_tokens_left(s) for s in live]  # [B]
+        left = [tokens_left(s) for s in live]  # [B]
         # A row's own window: never verify drafts past its max_tokens, none if it opted out.
         cap = torch.tensor([r - 1 if p.speculate else 0 for p, r in zip(params, left, strict=True)])
         k = self._choose(B, max(left), cap, drafter)
@@ -580,7 +494,7 @@ class Engine:
                 drafted=tuple((draft.lengths if tree else torch.clamp(cap, max=k)).tolist()),
                 accepted=tuple(accepted.tolist()),
                 left=tuple(left),
-                left_after=tuple(0 if s.finished else _tokens_left(s) for s in live),
+                left_after=tuple(0 if s.finished else tokens_left(s) for s in live),
                 whole_batch=self._one_job and not self.waiting,
                 draft_s=draft_s,
                 first_s=costs.last_first_s if k and costs is not None else None,
@@ -860,15 +774,6 @@ def resolve_prefill_chunk(value: int | str | None, device: torch.device) -> int 
     return value or None
 
 
-def _postpone(seqs: list[LiveSequence], seconds: float) -> None:
-    """Move the requests' clocks on by `seconds` their engine did not run (a caller's time
-    between `generate_steps`' nexts), so that their TTFT and elapsed time are its own."""
-    for seq in seqs:
-        seq.arrived_at += seconds
-        if seq.first_token_at is not None:
-            seq.first_token_at += seconds
-
-
 def _host(verdict: Verdict) -> tuple[list[list[int]], list[int]]:
     """A verdict's tokens and accepted counts as host lists."""
     return verdict.tokens.tolist(), verdict.num_accepted.tolist()
@@ -898,11 +803,6 @@ def _trimmed(draft: Draft) -> Draft:
     )
 
 
-def _tokens_left(seq: LiveSequence) -> int:
-    """The most tokens `seq` may still generate."""
-    return seq.params.max_tokens - len(seq.output_ids)
-
-
 class _StepTimer:
     """Wall seconds of a step's phases, less the one-off graph captures inside them."""
 
@@ -916,20 +816,3 @@ class _StepTimer:
         return seconds
 
 
-def _drop_finished(live: list[LiveSequence], holders: list, start: int = 0) -> None:
-    """Remove finished sequences (from index `start` on), moving the last live row into
-    each freed slot of every row holder (the target's cache, the drafter)."""
-    i = start
-    while i < len(live):
-        if not live[i].finished:
-            i += 1
-            continue
-        last = len(live) - 1
-        for holder in holders:
-            if i != last:
-                holder.move_row(last, i)
-            else:
-                holder.reset_row(i)
-        if i != last:
-            live[i] = live[last]
-        live.pop()

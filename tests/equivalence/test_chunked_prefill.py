@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from specdec import engine as engine_module
+from specdec import sequence as sequence_module
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import PREFILL_CHUNK_CPU, Engine, resolve_prefill_chunk
 from specdec.errors import InvalidParameterError
@@ -162,13 +163,14 @@ def test_generate_steps_turns_between_passes_and_does_not_count_them(models, tok
     target, _ = models
     prompt, sampling = PROMPTS[1], SamplingParams(temperature=0, max_tokens=3)
     counted = {}
-    # The caller's turn between nexts: an hour on the engine module's clock each time.
+    # The caller's turn between nexts: an hour on the engine's clock each time.
     away = [0.0]
     clock = SimpleNamespace(perf_counter=lambda: time.perf_counter() + away[0])
     for chunk in (None, 4):
         e = engine(target, tokenizer, chunk)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(engine_module, "time", clock)
+            mp.setattr(sequence_module, "time", clock)  # the requests' own clocks
             steps, nexts = e.generate_steps([prompt], [sampling]), 0
             try:
                 while True:
