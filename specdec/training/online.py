@@ -299,7 +299,7 @@ class OnlineLearner:
     def _micro_step(self) -> bool:
         """Forward and backward over one micro-batch of windows; the optimizer step (and
         any publish or checkpoint) when they complete a batch. Returns whether it stepped."""
-        from specdec.training.stages import eagle_losses, head_losses
+        from specdec.training.losses import eagle_losses, head_losses
 
         cfg = self.cfg
         B = min(cfg.micro_batch, cfg.batch_size - self._windows)

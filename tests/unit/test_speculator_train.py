@@ -332,7 +332,9 @@ def test_stage1_can_learn_the_targets_own_choices(target, tmp_path):
     labels are the argmax of the target's logits one position back, and heads trained on
     them match those choices better than the text, where heads trained on text do the
     opposite (so the labels are what the loss used)."""
-    from specdec.training.stages import PackedStream, head_losses, target_labels
+    from specdec.training.corpus import PackedStream
+    from specdec.training.losses import head_losses
+    from specdec.training.stages import target_labels
 
     tok = tiny_tokenizer()
     corpus = Corpus(corpus_docs(), tok)
