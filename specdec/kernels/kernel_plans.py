@@ -9,10 +9,10 @@ exact alternatives (kernels of one product, a stack with the eager layers' round
 prefetch level, a weight layout), so a predicted plan changes speed, never which tokens
 come out (tested: tests/unit/test_kernel_plans.py).
 
-Where each rule comes from (docs/BENCHMARKS.md at the tag archive/bench-runs):
+Where each rule comes from (the archived docs/BENCHMARKS.md, git tag archive/bench-runs):
 - bf16 projections: Zen 3 (AVX2) kept `native_bf16` up to 32 rows and `fp32_panels` at 64
   and 256; a Zen 4 (AVX-512 BF16) and a Xeon with AMX keep the native kernel for
-  verify passes (pair panels / AMX tiles: 2-16 rows near one row's cost, stops 54-55) and
+  verify passes (pair panels / AMX tiles: 2-16 rows near one row's cost) and
   oneDNN's prepacked bf16 GEMM for prefills (the Xeon plan's choice at 256 rows).
 - bf16 panel layout: pairs of k (`vdpbf16ps`) 1.25-1.58x faster at 5-8 rows on a Zen 4,
   0.77-0.87x on a Xeon with AMX (`tuning.tune_bf16_panels`).
@@ -22,7 +22,7 @@ Where each rule comes from (docs/BENCHMARKS.md at the tag archive/bench-runs):
   0.5B steps 1.45x faster in tiles).
 - the native decode stack: int4 steps of up to 8 rows (`quant.PACKED_MAX_ROWS`); bf16 steps
   of up to 4 (Zen 3: 16 ms a SmolLM2 step against 27 eager; at 8 rows the 1.5B's eager
-  layers won, 149 ms against 180-190; stop 34 and decode_stack's doc).
+  layers won, 149 ms against 180-190; decode_stack's doc).
 """
 
 from __future__ import annotations
