@@ -283,24 +283,7 @@ class EagleHead(nn.Module):
         true entries at positions <= p-s+1 and to the entries steps 2..s made on its own
         chain (step i's at position p-(s-i)): exactly what drafting s steps from a row
         whose newest true position is p-s+1 sees."""
-        x = self.inputs(tokens_next, feats)
-        q, k, v = self.qkv(x, positions)
-        preds = [self.finish(x + self.attend(q, k, v, causal=True))]
-        T = x.shape[1]
-        p = torch.arange(T, device=x.device)
-        keys, values = [k], [v]
-        for s in range(2, steps + 1):
-            prev = torch.cat([preds[-1][:, :1], preds[-1][:, :-1]], 1)  # step s-1 at p-1
-            xs = self.inputs(tokens_next, prev)
-            qs, ks, vs = self.qkv(xs, positions)
-            keys.append(ks)
-            values.append(vs)
-            blocks = [p[None, :] <= p[:, None] - s + 1]
-            blocks += [p[None, :] == p[:, None] - (s - i) for i in range(2, s + 1)]
-            mask = torch.cat(blocks, 1)  # [T, T * s]; a row always sees itself
-            att = self.attend(qs, torch.cat(keys, 2), torch.cat(values, 2), mask=mask)
-            preds.append(self.finish(xs + att))
-        return preds
+        return unroll(self, self.entries(tokens_next, feats), tokens_next, positions, steps)
 
     # files -----------------------------------------------------------------------------
 
@@ -419,3 +402,26 @@ def load_eagle(
 
 
 __all__ = ["EagleConfig", "EagleHead", "build_eagle", "is_eagle_dir", "load_eagle"]
+
+
+def unroll(head, x: torch.Tensor, tokens_next, positions, steps: int) -> list[torch.Tensor]:
+    """Draft steps 1..steps from the true positions' entries `x [B, T, .]` of an eagle or
+    EAGLE-3 head (`head.unrolled`'s docstring says what each step sees); each later step
+    enters the state its previous step made one position earlier."""
+    q, k, v = head.qkv(x, positions)
+    preds = [head.after_attention(x, head.attend(q, k, v, causal=True))]
+    T = x.shape[1]
+    p = torch.arange(T, device=x.device)
+    keys, values = [k], [v]
+    for s in range(2, steps + 1):
+        prev = torch.cat([preds[-1][:, :1], preds[-1][:, :-1]], 1)  # step s-1 at p-1
+        xs = head.inputs(tokens_next, prev)
+        qs, ks, vs = head.qkv(xs, positions)
+        keys.append(ks)
+        values.append(vs)
+        blocks = [p[None, :] <= p[:, None] - s + 1]
+        blocks += [p[None, :] == p[:, None] - (s - i) for i in range(2, s + 1)]
+        mask = torch.cat(blocks, 1)  # [T, T * s]; a row always sees itself
+        att = head.attend(qs, torch.cat(keys, 2), torch.cat(values, 2), mask=mask)
+        preds.append(head.after_attention(xs, att))
+    return preds

@@ -45,7 +45,7 @@ from specdec.errors import (
     ModelIntegrityError,
     ModelNotFoundError,
 )
-from specdec.heads.eagle import _rope_tables, _rotate
+from specdec.heads.eagle import _rope_tables, _rotate, unroll
 from specdec.heads.mlp import _read, read_config, target_tables
 from specdec.models.transformer import rms_norm
 
@@ -326,24 +326,7 @@ class Eagle3Head(nn.Module):
         made at p-1 with the true next token and attends to the true entries at positions
         <= p-s+1 and to the entries steps 2..s made on its own chain: what drafting s steps
         from a row whose newest true position is p-s+1 sees."""
-        x = self.entries(tokens_next, aux)
-        q, k, v = self.qkv(x, positions)
-        preds = [self.after_attention(x, self.attend(q, k, v, causal=True))]
-        T = x.shape[1]
-        p = torch.arange(T, device=x.device)
-        keys, values = [k], [v]
-        for s in range(2, steps + 1):
-            prev = torch.cat([preds[-1][:, :1], preds[-1][:, :-1]], 1)  # step s-1 at p-1
-            xs = self.inputs(tokens_next, prev)
-            qs, ks, vs = self.qkv(xs, positions)
-            keys.append(ks)
-            values.append(vs)
-            blocks = [p[None, :] <= p[:, None] - s + 1]
-            blocks += [p[None, :] == p[:, None] - (s - i) for i in range(2, s + 1)]
-            mask = torch.cat(blocks, 1)  # [T, T * s]; a row always sees itself
-            att = self.attend(qs, torch.cat(keys, 2), torch.cat(values, 2), mask=mask)
-            preds.append(self.after_attention(xs, att))
-        return preds
+        return unroll(self, self.entries(tokens_next, aux), tokens_next, positions, steps)
 
     # files -----------------------------------------------------------------------------
 
