@@ -25,8 +25,6 @@ MAX_WINDOW = 32  # the largest window a step may draft
 def _opt(default: Any, help: str, flag: str | None = None, **argparse_kwargs) -> Any:
     """A field with its command-line flag (`--name` from the field's name unless given)."""
     meta = {"help": help, "flag": flag, "argparse": argparse_kwargs}
-    if isinstance(default, list | dict):
-        return field(default_factory=lambda: default, metadata=meta)
     return field(default=default, metadata=meta)
 
 
