@@ -12,6 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ["SPECDEC_COST_CACHE"] = "0"
 # The native kernel is built (~30 s, once per machine) only by the test that checks it.
 os.environ.setdefault("SPECDEC_NATIVE", "0")
+# Loads build their int4 models afresh (test_model_store turns the store back on).
+os.environ["SPECDEC_MODEL_STORE"] = "0"
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer  # noqa: E402
 

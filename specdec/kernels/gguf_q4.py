@@ -16,7 +16,7 @@ know, e.g. permuted rows) falls back to re-quantization rather than running wron
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -135,87 +135,3 @@ def _matches(mapped: Q4Weights, loaded: torch.Tensor) -> bool:
     exact = mapped.dequantize()
     tolerance = exact.abs() * 2.0**-7 + 1e-6  # bf16 keeps 8 significant bits
     return bool(((exact - loaded.float()).abs() <= tolerance).all())
-
-
-_Q4_FIELDS = tuple(f.name for f in fields(Q4Weights))  # qs, sc, mn, d, dmin
-
-
-class StoredGGUFWeights:
-    """`GGUFWeights` whose answers are kept on disk, so a later load of the same file skips
-    reading it: parsing a Qwen GGUF's metadata took 8.5 s here, checking its blocks against
-    the loaded weights and re-quantizing its Q6_K tensors another ~15 s per model.
-
-    One safetensors file per (GGUF file, its size and mtime, the loaded dtype, this code's
-    version) under `$SPECDEC_HOME/int4/`, written once every layer was asked for (`save`).
-    A file that cannot be read (truncated, corrupt) is ignored with a warning and written
-    again. The file is opened only when a layer is missing from the store."""
-
-    VERSION = 1  # bump when the mapping or the Q4Weights layout changes
-
-    def __init__(self, path: Path, dtype: torch.dtype, root: Path | None = None) -> None:
-        import hashlib
-
-        from specdec.paths import cache_root
-
-        self.gguf = Path(path)
-        stat = self.gguf.stat()
-        key = f"{self.gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{dtype}|{self.VERSION}"
-        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-        self.file = (root or cache_root() / "int4") / f"{self.gguf.stem}-{digest}.safetensors"
-        self.stored, self.parts = self._read()
-        self.new = False
-        self._source: GGUFWeights | None = None
-
-    def _read(self) -> tuple[dict[str, torch.Tensor], dict[str, dict]]:
-        if not self.file.is_file():
-            return {}, {}
-        import json
-
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(self.file), "pt") as f:
-                parts = json.loads(f.metadata()["parts"])
-                return {name: f.get_tensor(name) for name in f.keys()}, parts  # noqa: SIM118
-        except Exception as err:  # noqa: BLE001 - any unreadable file is recomputed
-            log.warning("specdec: ignoring the unreadable int4 store %s (%s)", self.file, err)
-            return {}, {}
-
-    def layer(self, name: str, weight: torch.Tensor, report: QuantReport) -> Q4Weights:
-        if name in self.parts:
-            stored = Q4Weights(*(self.stored[f"{name}.{f}"] for f in _Q4_FIELDS))
-            if stored.shape == tuple(weight.shape):
-                report.exact += self.parts[name]["exact"]
-                report.requantized += self.parts[name]["requantized"]
-                return stored
-        if self._source is None:
-            self._source = GGUFWeights(self.gguf)
-        own = QuantReport()
-        weights = self._source.layer(name, weight, own)
-        report.exact += own.exact
-        report.requantized += own.requantized
-        self.parts[name] = {"exact": own.exact, "requantized": own.requantized}
-        for f in _Q4_FIELDS:
-            self.stored[f"{name}.{f}"] = getattr(weights, f)
-        self.new = True
-        return weights
-
-    def save(self) -> None:
-        """Write the store if a layer was computed; atomically, so a crash leaves none."""
-        if not self.new:
-            return
-        import json
-        import os
-
-        from safetensors.torch import save_file
-
-        partial = self.file.with_suffix(f".{os.getpid()}.partial")
-        tensors = {k: v.contiguous() for k, v in self.stored.items()}
-        try:
-            self.file.parent.mkdir(parents=True, exist_ok=True)
-            save_file(tensors, str(partial), metadata={"parts": json.dumps(self.parts)})
-            os.replace(partial, self.file)
-        except OSError as err:  # a full or read-only disk costs the next load time, no more
-            log.warning("specdec: could not store int4 layers in %s (%s)", self.file, err)
-            partial.unlink(missing_ok=True)
-        self.new = False

@@ -427,8 +427,8 @@ def quantize(
     CPU only. The embedding table stays as it is (a lookup reads one row per token); a tied
     head is quantized as its own copy. Layers whose shape the format does not take stay
     unquantized. With `gguf` (the Q4_K file the model was converted from), int4 layers take
-    the file's 4-bit blocks as they are (`gguf_q4`); `model.quant_report` says which. The
-    layers a file gives are stored under `$SPECDEC_HOME/int4/` for the next load. `tiles`:
+    the file's 4-bit blocks as they are (`gguf_q4`); `model.quant_report` says which. (A
+    whole int4 model is stored for the next load by `models.store`.) `tiles`:
     int4 layers also build the native kernel's tile layout (see Int4Linear), which
     `tuning.tune_layout` keeps where it is timed faster on the machine at hand.
     """
@@ -440,9 +440,9 @@ def quantize(
         return with_decode_stack(model)
     if model.device.type != "cpu":
         raise InvalidParameterError(f"{kind} quantization is implemented for CPU only")
-    from specdec.kernels.gguf_q4 import QuantReport, StoredGGUFWeights
+    from specdec.kernels.gguf_q4 import GGUFWeights, QuantReport
 
-    source = StoredGGUFWeights(gguf, model.dtype) if gguf is not None and kind == "int4" else None
+    source = GGUFWeights(gguf) if gguf is not None and kind == "int4" else None
     report = QuantReport()
 
     def swap(module: nn.Module, attr: str, name: str) -> None:
@@ -456,7 +456,6 @@ def quantize(
         swap(layer.mlp, "down_proj", f"layers.{i}.mlp.down_proj")
     swap(model, "lm_head", "lm_head")
     if source is not None:
-        source.save()  # the next load of this file reads the layers from the store
         log.info("specdec: %s: %s", Path(gguf).name, report.summary())
     model.quant_report = report
     return with_decode_stack(model)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from specdec.kernels.quant import quantize, with_decode_stack
-from specdec.models import footprint
+from specdec.models import footprint, store
 from specdec.models.config import ModelConfig
 from specdec.models.loading import (
     LazySafetensors,
@@ -25,6 +25,7 @@ from specdec.models.loading import (
     torch_dtype,
 )
 from specdec.models.transformer import Transformer
+from specdec.paths import cache_root
 
 # Native names of the layers a quantizing load quantizes (the others load as they are).
 _PROJECTIONS = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
@@ -57,9 +58,28 @@ def load_model(
         cfg = ModelConfig.from_dir(path)
         needs = footprint.estimate_bytes(cfg, torch_dtype(dtype), quant, device)
         footprint.check_fits(f"{what} ({quant if quant != 'none' else dtype})", needs)
+    if quant == "int4" and device.type == "cpu" and path.is_dir() and store.enabled():
+        return load_stored(path, dtype, gguf)
     if quant != "none" and device.type == "cpu":
         return load_quantized(path, dtype, quant, gguf)
     return quantize(load_transformer(path, dtype, device), quant, gguf)
+
+
+def load_stored(path: Path, dtype: str, gguf: Path | None = None) -> Transformer:
+    """The int4 model of `path` (and `gguf`) mapped from its store (`models.store`), built
+    by `load_quantized` and stored where there is none yet. A model just stored is read
+    back from the file, so the first process also holds mapped weights, not a copy."""
+    model_store = store.ModelStore.for_sources(path, dtype, "int4", gguf, cache_root() / "int4")
+    cfg, torch_type = ModelConfig.from_dir(path), torch_dtype(dtype)
+    model = model_store.load(cfg, torch_type)
+    if model is None:
+        built = load_quantized(path, dtype, "int4", gguf)
+        model_store.save(built)
+        del built  # read back below: never the built copy and the mapped one at once
+        model = model_store.load(cfg, torch_type)
+    if model is None:  # a disk that refused the store: build again, keep it in memory
+        model = load_quantized(path, dtype, "int4", gguf)
+    return with_decode_stack(model)
 
 
 def load_quantized(
@@ -67,7 +87,7 @@ def load_quantized(
 ) -> Transformer:
     """`quantize(load_transformer(path, dtype), kind, gguf)` computed one projection at a
     time: the same layers and the same 4-bit (or 8-bit) values, never the whole dense model."""
-    from specdec.kernels.gguf_q4 import QuantReport, StoredGGUFWeights
+    from specdec.kernels.gguf_q4 import GGUFWeights, QuantReport
     from specdec.kernels.quant import _quantized
 
     path = Path(path)
@@ -83,7 +103,7 @@ def load_quantized(
     # Everything but the projections' weights first (the biases a quantized layer takes).
     for name, tensor in native_tensors(hf, cfg, lambda n: not _is_projection_weight(n)):
         _assign(model, name, tensor.to(torch_type))
-    source = StoredGGUFWeights(gguf, torch_type) if gguf is not None and kind == "int4" else None
+    source = GGUFWeights(gguf) if gguf is not None and kind == "int4" else None
     report = QuantReport()
     for name, tensor in native_tensors(hf, cfg, _is_projection_weight):
         layer_name = name.removesuffix(".weight")
@@ -94,8 +114,6 @@ def load_quantized(
         del tensor
         setattr(parent, attr, _quantized(linear, kind, source, layer_name, report))
         del linear  # the dense weight goes with it (a layer the format skips keeps it)
-    if source is not None:
-        source.save()
     model.quant_report = report
     model.inv_freq = torch.tensor(cfg.inv_freq(), dtype=torch.float32)
     meta = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]

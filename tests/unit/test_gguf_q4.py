@@ -9,7 +9,6 @@ from specdec.kernels.gguf_q4 import (
     BLOCK_BYTES,
     GGUFWeights,
     QuantReport,
-    StoredGGUFWeights,
     q4_k_blocks,
 )
 
@@ -67,51 +66,3 @@ def test_a_fused_layer_takes_q4_k_parts_as_they_are_and_requantizes_the_rest(tmp
     assert report.exact == ["blk.0.attn_k"]
     with pytest.raises(ValueError, match="rows"):
         GGUFWeights(path).layer("layers.0.self_attn.qkv_proj", loaded[:20], QuantReport())
-
-
-def test_a_files_layers_are_stored_and_read_back_without_the_file(tmp_path, caplog):
-    """The second load of a GGUF reads the same layers and report from the store, never
-    opening the file; an unreadable store is recomputed; another file gets its own."""
-    q = _random_q4_k(16, 256, seed=1)
-    v = (np.random.default_rng(3).standard_normal((16, 256)) * 0.05).astype(np.float32)
-    path = tmp_path / "tiny.gguf"
-    q4k, f32 = GGMLQuantizationType.Q4_K, GGMLQuantizationType.F32
-    _write(path, {"blk.0.attn_q.weight": (q, q4k), "blk.0.attn_output.weight": (v, f32)})
-    loaded = {
-        "layers.0.self_attn.qkv_proj": torch.from_numpy(dequantize(q, q4k)).to(torch.bfloat16),
-        "layers.0.self_attn.o_proj": torch.from_numpy(v).to(torch.bfloat16),
-    }
-    one_part = {"layers.{i}.self_attn.qkv_proj": ("blk.{i}.attn_q",)}
-
-    def load(store_root):
-        store = StoredGGUFWeights(path, torch.bfloat16, root=store_root)
-        store_report = QuantReport()
-        out = {n: store.layer(n, w, store_report) for n, w in loaded.items()}
-        store.save()
-        return store, out, store_report
-
-    import specdec.kernels.gguf_q4 as gguf_q4
-
-    original = dict(gguf_q4._PARTS)
-    gguf_q4._PARTS.update(one_part)  # a one-part qkv, so the tiny file covers it
-    try:
-        first, made, report = load(tmp_path / "store")
-        assert first._source is not None and first.file.is_file()
-        second, read, again = load(tmp_path / "store")
-        assert second._source is None  # the GGUF was never opened
-        assert (again.exact, again.requantized) == (report.exact, report.requantized)
-        assert report.exact == ["blk.0.attn_q"] and report.requantized == ["blk.0.attn_output"]
-        for name in loaded:
-            assert all(
-                torch.equal(a, b)
-                for a, b in zip(made[name].tensors(), read[name].tensors(), strict=True)
-            )
-        first.file.write_bytes(first.file.read_bytes()[:100])  # truncated
-        third, _, _ = load(tmp_path / "store")
-        assert third._source is not None and "unreadable" in caplog.text
-        assert StoredGGUFWeights(path, torch.bfloat16, root=tmp_path / "store").parts
-        other = StoredGGUFWeights(path, torch.float32, root=tmp_path / "store")
-        assert other.file != first.file and not other.parts
-    finally:
-        gguf_q4._PARTS.clear()
-        gguf_q4._PARTS.update(original)

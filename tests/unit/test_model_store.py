@@ -1,0 +1,96 @@
+"""An int4 model is stored once and mapped at later loads: the same tensors and logits as
+building it, its weights backed by the file, and a corrupt or stale store rebuilt, never used."""
+
+import os
+
+import pytest
+import torch
+
+from specdec.kernels.gguf_q4 import QuantReport
+from specdec.kernels.quant import Int4Linear
+from specdec.models import quant_load, store
+from specdec.models.config import ModelConfig
+from specdec.models.store import ModelStore
+
+from tiny import hf_tiny
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    path = tmp_path / "tiny-qwen2" / "fp32"
+    hf_tiny("qwen2", hidden_size=128, tie_word_embeddings=True).save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_MODEL_STORE", "1")
+    monkeypatch.setenv("SPECDEC_HOME", str(tmp_path / "home"))
+    return tmp_path / "home" / "int4"
+
+
+def _logits(model):
+    with torch.inference_mode():
+        return model(torch.tensor([[1, 2, 3, 4, 5]]), model.new_cache(1, 8)).logits
+
+
+def _mapped_files() -> set[str]:
+    with open("/proc/self/maps") as maps:
+        return {line.split()[-1] for line in maps if line.rstrip().endswith(".safetensors")}
+
+
+def test_a_stored_model_equals_the_built_one_and_maps_its_file(model_dir, root, monkeypatch):
+    built = quant_load.load_quantized(model_dir, "fp32", "int4")
+    built.quant_report = QuantReport(exact=["a"], requantized=["b"])
+    monkeypatch.setattr(quant_load, "load_quantized", lambda *a, **k: built)
+    first = quant_load.load_stored(model_dir, "fp32")
+    (file,) = root.glob("*.safetensors")
+    monkeypatch.setattr(quant_load, "load_quantized", lambda *a, **k: pytest.fail("rebuilt"))
+    second = quant_load.load_stored(model_dir, "fp32")
+    for model in (first, second):
+        want, got = built.state_dict(), model.state_dict()
+        assert set(want) == set(got)
+        assert all(torch.equal(want[name], got[name]) for name in want)
+        assert isinstance(model.layers[0].mlp.gate_up_proj, Int4Linear)
+        assert model.quant_report == built.quant_report
+        assert torch.equal(_logits(model), _logits(built))
+    if os.path.exists("/proc/self/maps"):  # the weights are the file's pages, not a copy
+        assert str(file) in _mapped_files()
+
+
+def test_a_corrupt_store_is_rebuilt_with_a_warning(model_dir, root, caplog):
+    quant_load.load_stored(model_dir, "fp32")
+    (file,) = root.glob("*.safetensors")
+    data = bytearray(file.read_bytes())
+    data[-100] ^= 0x40  # one flipped bit in a weight: a model that would run, wrongly
+    file.write_bytes(bytes(data))
+    cfg = ModelConfig.from_dir(model_dir)
+    assert ModelStore(file).load(cfg, torch.float32) is None
+    assert "corrupt" in caplog.text and not file.exists()
+    rebuilt = quant_load.load_stored(model_dir, "fp32")
+    assert file.exists() and torch.equal(
+        _logits(rebuilt), _logits(quant_load.load_quantized(model_dir, "fp32", "int4"))
+    )
+    file.write_bytes(file.read_bytes()[:1000])  # truncated
+    assert ModelStore(file).load(cfg, torch.float32) is None
+    assert "bytes where" in caplog.text
+
+
+def test_a_changed_source_gets_a_new_store_and_the_stale_one_goes(model_dir, root):
+    quant_load.load_stored(model_dir, "fp32")
+    (old,) = root.glob("*.safetensors")
+    weights = model_dir / "model.safetensors"
+    os.utime(weights, ns=(0, weights.stat().st_mtime_ns + 10**9))  # a new checkpoint
+    quant_load.load_stored(model_dir, "fp32")
+    (new,) = root.glob("*.safetensors")
+    assert new != old and not old.with_suffix(".json").exists()
+    other = ModelStore.for_sources(model_dir, "bf16", "int4", None, root)
+    assert other.file != new  # each dtype its own
+
+
+def test_the_store_can_be_turned_off(model_dir, root, monkeypatch):
+    monkeypatch.setenv("SPECDEC_MODEL_STORE", "0")
+    assert not store.enabled()
+    model = quant_load.load_model(model_dir, "fp32", "cpu", "int4")
+    assert isinstance(model.layers[0].mlp.down_proj, Int4Linear)
+    assert not root.exists()
