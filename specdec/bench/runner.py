@@ -45,13 +45,13 @@ from specdec.bench.costs import measure_costs
 from specdec.bench.plan import INTERLEAVES, Point, is_peer, vllm_draft_k
 from specdec.bench.turn_log import TurnLog, Turns
 from specdec.distributed import shared_window
-from specdec.doctor import arithmetic
 from specdec.drafters import EagleDrafter, NgramDrafter
 from specdec.drafters.mlp_heads import SpeculatorDrafter
 from specdec.drafters.suffix import SuffixStore, suffix_factory
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.heads.eagle import EagleHead
+from specdec.host import arithmetic
 from specdec.llm import LLM, build_acceptor, build_window, tuned_layers
 from specdec.params import SamplingParams
 from specdec.stats import SpecStats
@@ -431,7 +431,7 @@ class Runner:
         row["load_1m"] = round(os.getloadavg()[0], 2)
         # Whether this process's threads had cores of their own when the point finished:
         # a 2-vCPU VM's vCPUs were at times one core's hardware threads (half the FMAs,
-        # `doctor.SHARED_CORES_SCALING`), which the load average does not show.
+        # `host.SHARED_CORES_SCALING`), which the load average does not show.
         row["threads_scaling"] = threads_scaling() if self.tp == 1 else None
         row["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         return self._rank0s(row)
@@ -751,7 +751,7 @@ def skipped_row(point: Point, reason: str, tp: int = 1) -> dict:
 
 
 def threads_scaling() -> float | None:
-    """fp32 arithmetic on all of torch's threads over one (`doctor.arithmetic`, 0.2 s),
+    """fp32 arithmetic on all of torch's threads over one (`host.arithmetic`, 0.2 s),
     or None with one thread."""
     threads = torch.get_num_threads()
     return arithmetic(threads, seconds=0.1)["scaling"] if threads > 1 else None
