@@ -221,7 +221,7 @@ def _run(args, leader: bool, tp) -> None:
         config["prefix_cache"] = args.prefix_cache_tokens
     if args.interleave != "rounds":  # only then: folders measured before it still resume
         config["interleave"] = args.interleave
-    from specdec.engine import resolve_prefill_chunk
+    from specdec.prefill import resolve_prefill_chunk
 
     chunk = resolve_prefill_chunk(args.prefill_chunk, args.device)
     if chunk is not None:  # only then: folders measured in one pass still resume
