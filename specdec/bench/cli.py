@@ -376,7 +376,8 @@ def _runner(preset, args) -> Runner:
 def _measure_points(todo, store, preset, args, extra: dict, leader: bool, runner) -> None:
     """Each point into `store`, its costs first where a window needs them."""
     from specdec.bench import analysis
-    from specdec.bench.runner import Skip, skipped_row
+    from specdec.bench.rows import skipped_row
+    from specdec.bench.runner import Skip
     from specdec.bench.turn_log import TurnLog
 
     for point in _missing_costs(store):  # points measured before their costs were
