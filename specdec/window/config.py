@@ -9,42 +9,23 @@ from specdec.errors import InvalidParameterError
 
 @dataclass(frozen=True)
 class WindowConfig:
-    """Each line: what it guards against; the measurement behind it (docs/design/auto.md)."""
+    """Each line: what it guards against; the measurement that set it (docs/design/auto.md,
+    "The tunables"). Derived: the guard's floor is 1 - `margin`; `evidence` is a guard
+    check's steps, a look's draws, a stored acceptance's rows and, halved, a position's
+    prior weight; a start nets 2x `explore_share` blind and 0.5x once measured; the most
+    steps off is 16 x `backoff`."""
 
-    # The widest window `auto` may draft (the user's `--k-max`, not a tunable of the model).
-    k_max: int = 8
-    # A busy host's one slow pass repricing every window: a new timing's weight in a running
-    # average and in the host's pace (a 4-token pass read 1.6 plain steps across minutes and
-    # 1.25 side by side; "Costs").
-    ema: float = 0.2
-    # One-off setup in a shape's first calls: the fastest of its first timings is kept (a
-    # slow first plain step made k = 1 look cheap and run 0.87x plain; two were too few).
-    first_timings: int = 3
-    # A busy host flattening the verify curve: the share of a one-token pass the projections
-    # cover, the least a wider pass grows (int4 1.5B: 8 tokens 1.26x of 4, 1.30x by plans).
-    projection_share: float = 0.8
-    # Timing noise: a start must be predicted `margin` over plain, and the guard trips below
-    # 1 - `margin` realised (an early stop at batch 1 gave up k = 3 at 1.07-1.26x; "Guard").
-    margin: float = 0.03
-    # Judging on too few draws: a guard check spans this many drafting steps, a look this
-    # many first-position draws, a stored acceptance counts for as many rows, and a position
-    # leans on the pooled rate with half as many (one rejected draw stopped a look that paid
-    # 1.03-1.07x; "Looks", "Warm start").
-    evidence: int = 8
-    # Drafting on after the guard saw it lose: steps off, doubling per trip up to 16x ("Guard").
-    backoff: int = 32
-    # Stale measurements: steps between probes (a wider window and a plain step in turn while
-    # drafting, k = 1 while not): a plain step drifted 26-39 tok/s while k = 3 held ("Probes").
-    probe_every: int = 24
-    # Acceptance of another text: each step's counts weigh `decay` x the previous (~50 steps).
-    decay: float = 0.98
-    # One unlucky draw at batch 1 ending drafting: standard errors of optimism in the pooled
-    # rate and a look's bound (two rejections read 0.25 where acceptance was 0.7).
-    optimism: float = 1.0
-    # Catch-ups that do not repay: a look's catch-up may cost this share of the plain decoding
-    # ahead; a blind start must net twice it, a measured one half (starts predicted at 9-15%
-    # ran 0.89-1.21x plain, those at 23% and more 1.15-2.5x; "Start-up").
-    explore_share: float = 0.1
+    k_max: int = 8  # the widest window: the user's `--k-max`, not a tunable of the model
+    ema: float = 0.2  # one slow pass repricing all: 4 tokens read 1.6 plain, 1.25 side by side
+    first_timings: int = 3  # setup in first calls: slow first plain steps gave 0.87x with 2
+    projection_share: float = 0.8  # a flattened curve: int4 8 tokens 1.26x of 4, plans 1.30x
+    margin: float = 0.03  # noise starting/stopping (floor 1 - margin): k = 3 lost at 1.07-1.26x
+    evidence: int = 8  # judging on few draws: a look stopped at one draw gave up 1.03-1.07x
+    backoff: int = 32  # drafting on where the guard saw a loss: steps off, doubling up to 16x
+    probe_every: int = 24  # stale costs: a plain step drifted 26-39 tok/s while k = 3 held 34
+    decay: float = 0.98  # another text's acceptance: counts weigh 0.98 a step (~50 steps)
+    optimism: float = 1.0  # one unlucky draw: two rejections read 0.25 where 0.7 was true
+    explore_share: float = 0.1  # unrepaid catch-ups: starts predicted at 9-15% ran 0.89-1.21x
 
     def __post_init__(self) -> None:
         if self.k_max < 0:
