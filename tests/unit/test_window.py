@@ -384,6 +384,9 @@ FLOOR = {  # (the least share of plain `auto` keeps, the host)
     "context": (0.97, dict(a=0.5, cost=steps(0.2, context_grows), rows=4, prompt=1024)),
     # SmolLM2 drafting for itself: a steep verify curve, c ~0.45.
     "small-model": (0.97, dict(a=0.6, cost=steps(0.45, lambda t, ctx: 1 + 0.25 * (t - 1)))),
+    "poor-drafter": (0.97, dict(a=0.3, cost=steps(0.5, cheap))),
+    # Compute-bound: a pass of T tokens a row costs T plain steps.
+    "compute-bound": (0.97, dict(a=0.8, cost=steps(0.2, lambda t, ctx: t), rows=16)),
     # The best window gains 13%: `auto` may stay cautious, never slower.
     "marginal": (0.97, dict(a=0.6, cost=steps(0.4, cheap))),
     # Acceptance 0.3 (no window pays): priced against the stale plain step, and judged by a
