@@ -361,6 +361,7 @@ def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
 
 # ---- The floor and the gain, on simulated hosts --------------------------------------------
 
+
 def masked_jump(t, ctx):  # a masked (multi-token) pass on the math kernel: 1.38 at least
     return 1.0 if t == 1 else 1.38 + 0.04 * (t - 2)
 
