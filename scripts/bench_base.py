@@ -23,7 +23,8 @@ import torch
 from specdec.bench.costs import forward_seconds
 from specdec.bench.peers import hf_greedy
 from specdec.data import CODE_PROMPTS, sharegpt_prompts
-from specdec.doctor import decode_bytes, read_bandwidth_gbs
+from specdec.doctor import decode_bytes
+from specdec.host import read_bandwidth_gbs
 from specdec.hub import gguf_source, resolve
 from specdec.kernels.tuning import machine
 from specdec.llm import LLM

@@ -4,7 +4,7 @@ transformers `generate`, in paired turns of one process.
 The two questions the results table's transformers column and "% of the bound" answer: how
 close plain decoding comes to the weight bytes a step must stream, and how it compares with
 transformers on the same prompt and threads. Each turn reads the bandwidth
-(`doctor.read_bandwidth_gbs`: 1 GiB, best of 3), runs specdec plain and transformers greedy
+(`host.read_bandwidth_gbs`: 1 GiB, best of 3), runs specdec plain and transformers greedy
 on the same prompt in alternating order, and reads the bandwidth again; the turn's bound is
 the mean of its two reads over the bytes one step streams (`doctor.decode_bytes`). Rates are
 the decode phase's: tokens after the first over the time after the first token
@@ -42,7 +42,8 @@ def main() -> None:
 
     from specdec import LLM, SamplingParams
     from specdec.bench.peers import hf_greedy
-    from specdec.doctor import decode_bytes, read_bandwidth_gbs
+    from specdec.doctor import decode_bytes
+    from specdec.host import read_bandwidth_gbs
     from specdec.hub import cache_root
     from specdec.models.config import ModelConfig
 

@@ -20,8 +20,8 @@ import torch
 import transformers
 
 from specdec.bench.peers import hf_greedy
-from specdec.doctor import read_bandwidth_gbs
 from specdec.engine import Engine
+from specdec.host import read_bandwidth_gbs
 from specdec.hub import resolve
 from specdec.kernels.tuning import tune_kernels
 from specdec.models.loading import load_transformer, torch_dtype

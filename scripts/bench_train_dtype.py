@@ -18,7 +18,7 @@ import torch
 from specdec.hub import resolve
 from specdec.kernels.tuning import machine
 from specdec.models.loading import load_transformer
-from specdec.training.stages import TargetStates, target_dtype
+from specdec.training.target import TargetStates, target_dtype
 
 
 def tokens_per_s(model: str, dtype: str, tokens: int, repeats: int) -> float:

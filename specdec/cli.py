@@ -426,12 +426,8 @@ def _layer_ids(text: str | None) -> tuple[int, ...] | None:
 def cmd_train_speculator(args) -> None:
     import torch
 
-    from specdec.training.stages import (
-        TrainConfig,
-        heads_autocast,
-        target_dtype,
-        train_speculator,
-    )
+    from specdec.training.stages import TrainConfig, train_speculator
+    from specdec.training.target import heads_autocast, target_dtype
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -19,19 +19,19 @@ from typing import TypeVar
 
 import torch
 
-from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcceptor, Verdict
+from specdec.acceptors import Draft, GreedyAcceptor, RejectionSampler, TokenAcceptor
 from specdec.drafters.base import Drafter, DrafterPowers, PassStates, UsesPrefixCache
 from specdec.errors import ContextLengthError, InvalidParameterError
 from specdec.grammar import GrammarCompiler
 from specdec.graphs.static_pass import StaticPasses, capture_seconds, use_static_passes
 from specdec.heads.tree import TreeDraft, TreeWalkSampler
-from specdec.logprobs import offer_logprobs
 from specdec.models.kv_cache import KVCache
 from specdec.models.prefix_cache import PrefixCache
-from specdec.models.transformer import Transformer, pass_spans, right_pad
+from specdec.models.transformer import Transformer
 from specdec.params import SamplingParams
-from specdec.processors import RequestProcessor, chain_paths, process_logits, tree_paths
-from specdec.sampling import make_generator, request_probs
+from specdec.prefill import prefill_passes
+from specdec.processors import RequestProcessor
+from specdec.sampling import make_generator
 from specdec.sequence import (
     Completion,
     LiveSequence,
@@ -41,6 +41,7 @@ from specdec.sequence import (
 )
 from specdec.tokenization import StopChecker
 from specdec.types import Batch, StepRecord
+from specdec.verify import verify_chain, verify_tree
 from specdec.window import FixedWindow, PricesModels, Window
 
 
@@ -59,7 +60,7 @@ class Engine:
     the cache is sized, whenever the engine is idle, to the longest waiting request.
 
     A drafter may propose a candidate tree (`TreeDraft`) instead of a chain: the engine
-    then verifies every node in one pass (`_verify_tree`); `max_tree_nodes` (the drafter's
+    then verifies every node in one pass (`verify.verify_tree`); `max_tree_nodes` (the drafter's
     `max_nodes`) reserves cache room for the widest tree.
 
     `prefix_cache_tokens` > 0 keeps that many positions of recent prompts' and finished
@@ -67,7 +68,7 @@ class Engine:
     draft model each: a request that starts like one of them prefills only the rest.
 
     `prefill_chunk` prefills an admission in passes of at most that many positions, its
-    rows sharing them (`LLM` and the CLI default to `PREFILL_CHUNK_CPU` on a CPU);
+    rows sharing them (`LLM` and the CLI default to `prefill.PREFILL_CHUNK_CPU` on a CPU);
     `generate_steps` yields between them.
 
     `static_passes` runs the target's decode and verify passes through fixed-shape,
@@ -103,7 +104,8 @@ class Engine:
         # The most positions one prefill pass computes, its rows together, each an equal
         # share (None: an admission in one pass). Longer admissions are prefilled in passes
         # over the growing cache: what one pass allocates stays bounded (on the CPU, the
-        # large tensors of one long pass come from fresh pages each time, `PREFILL_CHUNK_CPU`),
+        # large tensors of one long pass come from fresh pages each time:
+        # `prefill.PREFILL_CHUNK_CPU`),
         # and `generate_steps` yields between passes, so the benchmark's engines take turns
         # inside a long prefill too.
         self.prefill_chunk = prefill_chunk
@@ -471,10 +473,15 @@ class Engine:
         draft = self._propose(k, cap, live, generators, drafter)
         caught_up, catch_up_s = self._last_catch_up()
         draft_s = timer.lap() - catch_up_s
+        device = self.model.device
         if isinstance(draft, TreeDraft):
-            verdict, states = self._verify_tree(live, cache, draft, params, generators)
+            verdict, states = verify_tree(
+                self._target, self.tree_acceptor, live, cache, draft, params, generators, device
+            )
         else:
-            verdict, states = self._verify_chain(live, cache, draft, params, generators)
+            verdict, states = verify_chain(
+                self._target, self.acceptor, live, cache, draft, params, generators, device
+            )
         accepted = verdict.num_accepted.cpu()  # [B]
         if drafter is not None:
             next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
@@ -567,159 +574,19 @@ class Engine:
             seq.stats.record_step(width, min(n, out))
             seq.trace.append((width, min(n, out), out))
 
-    def _verify_chain(self, live, cache, draft, params, generators):
-        """k+1 positions per row in one pass; returns the verdict and the kept positions'
-        states (the last committed token and the accepted drafts)."""
-        B, device = len(live), self.model.device
-        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
-        start = cache.lengths[:B].clone()
-        tokens = torch.cat([last, draft.tokens.to(device)], 1) if draft.k else last  # [B, k+1]
-        out = self._target(tokens, cache, num_new=1 + draft.lengths)
-        logits = self._processed(  # [B, k+1, V]
-            live, out.logits, lambda: chain_paths(draft.tokens, draft.lengths.tolist())
-        )
-        target_probs = None
-        if all(p.greedy for p in params) and type(self.acceptor) in _ARGMAX_WHEN_GREEDY:
-            # p is one-hot at the argmax (and q at the draft token): both built-in lossless
-            # acceptors keep a draft token while it is the argmax, then emit the argmax.
-            # The logits' argmax says it without a [B, k+1, V] one-hot (measured on the
-            # bf16 1.5B, k = 4: p and the rejection sampler 3.3 ms a step, this 1.8).
-            verdict = _GREEDY(draft, logits, generators)
-        else:
-            target_probs = request_probs(logits, params)  # [B, k+1, V]
-            verdict = self.acceptor(draft, target_probs, generators)
-        if any(s.logprobs is not None for s in live):
-            emitted = [row[: n + 1] for row, n in zip(*_host(verdict), strict=True)]
-            positions = [range(len(row)) for row in emitted]
-            offer_logprobs(live, logits, target_probs, positions, emitted)
-        cache.truncate(start + 1 + verdict.num_accepted.cpu())
-        return verdict, PassStates(tokens, out.hidden, 1 + verdict.num_accepted, aux=out.aux)
-
-    def _verify_tree(self, live, cache, draft: TreeDraft, params, generators):
-        """The root (last committed token) and every tree node in one pass with a tree mask.
-
-        Not in Algorithm 1: the tree acceptor (`TreeWalkSampler`: lossless, the argmax walk
-        for greedy rows, recursive rejection sampling over the children for the others)
-        picks each row's accepted path; its K/V move to consecutive slots and the cache is
-        truncated to it.
-        """
-        B, device = len(live), self.model.device
-        last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
-        start = cache.lengths[:B].clone()
-        out = self._target(
-            torch.cat([last, draft.tokens.to(device)], 1),
-            cache,
-            num_new=1 + draft.num_nodes,
-            tree=draft.with_root(),
-        )
-        width = out.logits.shape[1]
-        logits = self._processed(  # [B, 1+N, V]
-            live,
-            out.logits,
-            lambda: [tree_paths(t.tokens, t.parents, width) for t in draft.trees],
-        )
-        greedy = [p.greedy for p in params]
-        if all(greedy) and type(self.tree_acceptor) is TreeWalkSampler:
-            probs = logits  # the walk takes only argmaxes: skip the softmax over 1+N rows
-        else:
-            probs = request_probs(logits, params)  # [B, 1+N, V]
-        paths, nexts = self.tree_acceptor(draft.trees, probs, greedy, generators)
-        d = max(len(path) for path in paths)
-        index = torch.zeros(B, 1 + d, dtype=torch.long)  # [B, 1+d]: root, then path nodes
-        tokens = torch.full((B, d + 1), -1, dtype=torch.long)  # the verdict's
-        for b, (tree, path, nxt) in enumerate(zip(draft.trees, paths, nexts, strict=True)):
-            index[b, 1 : 1 + len(path)] = 1 + torch.tensor(path, dtype=torch.long)
-            tokens[b, : len(path) + 1] = torch.tensor([*(tree.tokens[n] for n in path), nxt])
-        accepted = torch.tensor([len(path) for path in paths], dtype=torch.long)
-        # Compact: the path's node at depth i moves to slot start + 1 + i.
-        dst = start[:, None] + 1 + torch.arange(d)  # [B, d]
-        on_path = torch.arange(d)[None, :] < accepted[:, None]
-        cache.move_slots(torch.where(on_path, start[:, None] + index[:, 1:], dst), dst)
-        cache.truncate(start + 1 + accepted)
-        verdict = Verdict(tokens.to(device), accepted.to(device))
-        if any(s.logprobs is not None for s in live):
-            emitted = [row[: n + 1] for row, n in zip(*_host(verdict), strict=True)]
-            positions = [index[b, : len(row)].tolist() for b, row in enumerate(emitted)]
-            offer_logprobs(live, logits, None if probs is logits else probs, positions, emitted)
-        H = out.hidden.shape[-1]
-        kept = out.hidden.gather(1, index.to(device)[..., None].expand(-1, -1, H))  # [B, 1+d, H]
-        aux = None  # [B, 1+d, k*H] the path's auxiliary states, where the target gives them
-        if out.aux is not None:
-            aux = out.aux.gather(1, index.to(device)[..., None].expand(-1, -1, out.aux.shape[-1]))
-        path_tokens = torch.cat([last, tokens[:, :d].to(device)], 1)  # [B, 1+d]
-        return verdict, PassStates(path_tokens, kept, 1 + accepted.to(device), aux=aux)
-
     def _prefill_passes(
         self, seqs: list[LiveSequence], first_row: int
     ) -> Generator[None, None, tuple[torch.Tensor, PassStates]]:
-        """Run the prompts of rows `first_row..` together (right-padded), in passes of at
-        most `prefill_chunk` positions (B rows of `prefill_chunk // B`, at least 1), yielding
-        between passes; sample each row's first token `[B]` and also return the states of
-        the positions computed (the last: its source). A prompt's stored prefix
-        (`prefix_cache`) is copied, not computed.
-
-        A pass appends each row's next positions to its cache and attends to what earlier
-        passes wrote, as a verify pass does; a row whose prompt ended in an earlier pass
-        adds nothing (`num_new` 0). Each row's logits come from the pass holding its last
-        position."""
-        prompts = [s.prompt_ids for s in seqs]
-        reused = [0] * len(seqs)
-        if self.prefix_cache is not None:
-            reused = [
-                self.prefix_cache.load(self._cache, first_row + i, p) for i, p in enumerate(prompts)
-            ]
-        for seq, n in zip(seqs, reused, strict=True):
-            seq.stats.cached_tokens = n
-        feed = [p[n:] for p, n in zip(prompts, reused, strict=True)]
-        tokens, lengths = right_pad(feed, self.model.device)  # [B, T] device, [B] host
-        last = lengths - 1  # [B] each row's last position
-        hidden, aux, logits = [], [], None
-        try:
-            for start, stop, num_new in pass_spans(lengths, self.prefill_chunk):
-                if start:
-                    yield
-                out = self.model(
-                    tokens[:, start:stop],
-                    self._cache,
-                    num_new=num_new,
-                    logits_at=(last - start).clamp(0, stop - start - 1)[:, None],
-                    first_row=first_row,
-                )
-                hidden.append(out.hidden)
-                aux.append(out.aux)
-                if logits is None:
-                    logits = out.logits  # [B, 1, V]
-                else:  # the rows whose last position this pass holds
-                    ends = ((last >= start) & (last < stop)).to(logits.device)
-                    logits = torch.where(ends[:, None, None], out.logits, logits)
-        except BaseException:  # the rows stay free: forget the prefixes copied into them
-            for i in range(len(seqs)):
-                self._cache.reset_row(first_row + i)
-            raise
-        hidden = hidden[0] if len(hidden) == 1 else torch.cat(hidden, 1)  # [B, T, H]
-        aux = None if aux[0] is None else torch.cat(aux, 1)  # [B, T, k*H]
-        logits = self._processed(seqs, logits, lambda: [[[]] for _ in seqs])  # [B, 1, V]
-        probs = request_probs(logits, [s.params for s in seqs])
-        draft = Draft.empty(len(seqs), self.model.device)
-        verdict = self.acceptor(draft, probs, [s.generator for s in seqs])
-        if any(s.logprobs is not None for s in seqs):
-            emitted = verdict.tokens.tolist()
-            offer_logprobs(seqs, logits, probs, [[0]] * len(seqs), emitted)
-        states = PassStates(tokens, hidden, lengths.to(hidden.device), first_row, aux)
-        if self.prefix_cache is not None:
-            for i, p in enumerate(prompts):
-                self.prefix_cache.save(self._cache, first_row + i, p)
-        return verdict.tokens[:, 0], states
-
-    @staticmethod
-    def _processed(live: list[LiveSequence], logits: torch.Tensor, paths) -> torch.Tensor:
-        """Not in Algorithm 1: the requests' logits processors (penalties, logit_bias,
-        grammar masks; `specdec.processors`) on the target's `logits [B, T, V]`, position
-        by position after the drafts before it (`paths()`, built only when a row has one)."""
-        processors = [s.processor for s in live]
-        if all(p is None for p in processors):
-            return logits
-        return process_logits(logits, processors, paths())
+        """`prefill.prefill_passes` of the admitted rows into this engine's cache."""
+        return prefill_passes(
+            self.model,
+            self._cache,
+            seqs,
+            first_row,
+            self.acceptor,
+            self.prefill_chunk,
+            self.prefix_cache,
+        )
 
     def completion(self, seq: LiveSequence) -> Completion:
         """The result of a finished (or aborted) request; times count from its arrival."""
@@ -738,45 +605,7 @@ class Engine:
         )
 
 
-# The chain acceptors that, for greedy rows (p one-hot), keep exactly the drafts that are
-# the target's argmax and emit the argmax (RejectionSampler: u q(d) < p(d) holds iff p(d) = 1;
-# its residual max(0, p - q) is then p): for all-greedy batches the engine runs `_GREEDY`
-# on the logits in their place.
-_ARGMAX_WHEN_GREEDY = (RejectionSampler, GreedyAcceptor)
-_GREEDY = GreedyAcceptor()
-
-
 _T = TypeVar("_T")
-
-# The most positions a prefill pass computes on a CPU unless told (`--prefill-chunk auto`).
-# One long pass allocates tensors over glibc's 32 MiB mmap ceiling ([4,096, 17,920] bf16 for
-# the 1.5B's MLP at 4 x 1,024 tokens), which come from fresh pages every time: 2.4 M page
-# faults and 5-7 s of system time a prefill there. Passes of 512 positions fault next to
-# never and took 0.75-0.87x the one pass's time at 1,024-token prompts (int4 and bf16,
-# batch 1 and 4) on the 2-vCPU Xeon; much smaller passes
-# pay per pass (64: 1.24x). A GPU has no such cost and takes a prompt in one pass.
-PREFILL_CHUNK_CPU = 512
-
-
-def resolve_prefill_chunk(value: int | str | None, device: torch.device) -> int | None:
-    """`Engine`'s `prefill_chunk` for a user's setting: "auto" (`PREFILL_CHUNK_CPU` on a
-    CPU, one pass elsewhere), 0 or None (one pass), or a number of positions (>= 1)."""
-    if value == "auto":
-        return PREFILL_CHUNK_CPU if torch.device(device).type == "cpu" else None
-    if isinstance(value, str):
-        if not value.isdigit():
-            raise InvalidParameterError(
-                f"prefill chunk must be 'auto' or a number of positions, got {value!r}"
-            )
-        value = int(value)
-    if value is not None and value < 0:
-        raise InvalidParameterError(f"prefill chunk must be >= 0, got {value}")
-    return value or None
-
-
-def _host(verdict: Verdict) -> tuple[list[list[int]], list[int]]:
-    """A verdict's tokens and accepted counts as host lists."""
-    return verdict.tokens.tolist(), verdict.num_accepted.tolist()
 
 
 def _drained(steps: Generator[None, None, _T]) -> _T:
@@ -814,5 +643,3 @@ class _StepTimer:
         seconds = now - self.now - (captured - self._captured)
         self.now, self._captured = now, captured
         return seconds
-
-

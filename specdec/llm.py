@@ -42,7 +42,7 @@ from specdec.drafters.draft_vocab import (
 )
 from specdec.drafters.kinds import DraftSpec
 from specdec.drafters.suffix import SuffixStore, suffix_factory
-from specdec.engine import Completion, Engine, resolve_prefill_chunk
+from specdec.engine import Completion, Engine
 from specdec.engine_args import MAX_WINDOW, EngineArgs, parse_speculate
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.graphs.static_pass import use_static_passes
@@ -53,6 +53,7 @@ from specdec.kernels.quant import quantize
 from specdec.models.quant_load import load_model
 from specdec.models.transformer import Transformer
 from specdec.params import SamplingParams
+from specdec.prefill import resolve_prefill_chunk
 from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
 from specdec.window import AdaptiveWindow, FixedWindow
 from specdec.window.cache import cost_file, load_acceptance, load_costs, save_costs
@@ -111,7 +112,7 @@ class LLM:
         for the target and a draft model alike (`specdec.models.prefix_cache`).
     prefill_chunk: prefill long admissions in passes of at most this many positions, their
         requests together, over the growing cache (`Engine`; same tokens): "auto" (default)
-        is `engine.PREFILL_CHUNK_CPU` on a CPU and one pass on a GPU; 0 is one pass.
+        is `prefill.PREFILL_CHUNK_CPU` on a CPU and one pass on a GPU; 0 is one pass.
     """
 
     @reports_failures()  # tensor parallelism: a rank that cannot load must not hang the others

@@ -221,7 +221,7 @@ def _run(args, leader: bool, tp) -> None:
         config["prefix_cache"] = args.prefix_cache_tokens
     if args.interleave != "rounds":  # only then: folders measured before it still resume
         config["interleave"] = args.interleave
-    from specdec.engine import resolve_prefill_chunk
+    from specdec.prefill import resolve_prefill_chunk
 
     chunk = resolve_prefill_chunk(args.prefill_chunk, args.device)
     if chunk is not None:  # only then: folders measured in one pass still resume
@@ -376,7 +376,8 @@ def _runner(preset, args) -> Runner:
 def _measure_points(todo, store, preset, args, extra: dict, leader: bool, runner) -> None:
     """Each point into `store`, its costs first where a window needs them."""
     from specdec.bench import analysis
-    from specdec.bench.runner import Skip, skipped_row
+    from specdec.bench.rows import skipped_row
+    from specdec.bench.runner import Skip
     from specdec.bench.turn_log import TurnLog
 
     for point in _missing_costs(store):  # points measured before their costs were

@@ -27,7 +27,6 @@ whole model in one process and are skipped.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -43,9 +42,14 @@ from specdec import data as workloads
 from specdec.bench import edits, peers
 from specdec.bench.costs import measure_costs
 from specdec.bench.plan import INTERLEAVES, Point, is_peer, vllm_draft_k
+from specdec.bench.rows import (
+    decode_rate,
+    result_row,
+    round_or_none,
+    threads_scaling,
+)
 from specdec.bench.turn_log import TurnLog, Turns
 from specdec.distributed import shared_window
-from specdec.doctor import arithmetic
 from specdec.drafters import EagleDrafter, NgramDrafter
 from specdec.drafters.mlp_heads import SpeculatorDrafter
 from specdec.drafters.suffix import SuffixStore, suffix_factory
@@ -54,7 +58,6 @@ from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.heads.eagle import EagleHead
 from specdec.llm import LLM, build_acceptor, build_window, tuned_layers
 from specdec.params import SamplingParams
-from specdec.stats import SpecStats
 from specdec.tokenization import encode_prompt
 from specdec.window import CostModel
 
@@ -99,18 +102,6 @@ class _Timing:
         self.wall += time.perf_counter() - t0
         self.cpu += time.process_time() - c0
         return not done
-
-
-def _percentile(xs: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (no interpolation: with 4 requests p90 is the slowest)."""
-    if not xs:
-        return None
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
-
-
-def output_digest(token_ids: list[list[int]]) -> str:
-    return hashlib.sha1(repr(token_ids).encode()).hexdigest()[:12]
 
 
 class Runner:
@@ -405,12 +396,12 @@ class Runner:
         point, prompts, runs = trial.point, trial.prompts, trial.runs
         # The median run by wall time (outputs are the same in every run: seeded sampling).
         wall, cpu, token_ids, stats, prefill_s = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
-        row = self._row(point, prompts, token_ids, stats, wall, prefill_s)
+        row = result_row(point, prompts, token_ids, stats, wall, prefill_s, self.tp)
         generated = row["generated_tokens"]
         row["runs_tokens_per_s"] = [round(generated / r[0], 3) for r in runs]
         if stats:  # the decode phase of each run: its wall time less its prefills
             row["runs_decode_tokens_per_s"] = [
-                _round(_decode_rate(generated, len(prompts), r[0], r[4]), 3) for r in runs
+                round_or_none(decode_rate(generated, len(prompts), r[0], r[4]), 3) for r in runs
             ]
         row["turns"] = turns
         # CPU seconds this process used: with --threads 1 that is the work done, whatever
@@ -431,7 +422,7 @@ class Runner:
         row["load_1m"] = round(os.getloadavg()[0], 2)
         # Whether this process's threads had cores of their own when the point finished:
         # a 2-vCPU VM's vCPUs were at times one core's hardware threads (half the FMAs,
-        # `doctor.SHARED_CORES_SCALING`), which the load average does not show.
+        # `host.SHARED_CORES_SCALING`), which the load average does not show.
         row["threads_scaling"] = threads_scaling() if self.tp == 1 else None
         row["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
         return self._rank0s(row)
@@ -663,95 +654,6 @@ class Runner:
             self._vllm[1].close()
             self._vllm = None
 
-    def _row(
-        self,
-        point: Point,
-        prompts,
-        token_ids,
-        stats: list[SpecStats] | None,
-        wall: float,
-        prefill_s: float = 0.0,
-    ):
-        generated = sum(len(t) for t in token_ids)
-        row = {
-            "key": point.key,
-            "group": point.group,
-            "cost_key": point.cost_key,
-            "workload": point.workload,
-            "prompt_len": point.prompt_len,
-            "prompt_tokens_mean": round(statistics.mean(len(p) for p in prompts), 1),
-            "batch": point.batch,
-            "temperature": point.temperature,
-            "method": point.method,
-            "window": point.window,
-            "tp": self.tp,
-            "status": "ok",
-            "requests": len(prompts),
-            "generated_tokens": generated,
-            "wall_s": round(wall, 4),
-            "tokens_per_s": round(generated / wall, 4),
-            "output_digest": output_digest(token_ids),
-            "token_ids": token_ids,
-        }
-        if stats:
-            tpot = [s.tpot_s for s in stats if s.generated > 1]
-            ttft = [s.ttft_s for s in stats]
-            total = sum(stats, SpecStats())
-            # Decode phase alone: the wall time less the engine's prefills, over the tokens
-            # after each request's first. A round's requests all arrive at its start, so a
-            # TTFT is the round's prefill (no request queues behind another's decoding).
-            row |= {
-                "decode_tokens_per_s": _round(
-                    _decode_rate(generated, len(prompts), wall, prefill_s), 4
-                ),
-                "tpot_median_s": round(statistics.median(tpot), 5) if tpot else None,
-                "tpot_p90_s": _round(_percentile(tpot, 0.9), 5),
-                "ttft_median_s": round(statistics.median(ttft), 4),
-                "ttft_p90_s": _round(_percentile(ttft, 0.9), 4),
-                "steps": total.steps,
-                "drafted_tokens": total.drafted,
-                "accepted_tokens": total.accepted,
-                "acceptance_rate": round(total.acceptance_rate, 4) if total.drafted else None,
-                "mean_accepted_length": round(total.mean_accepted_length, 4),
-                "acceptance_per_position": [round(a, 4) for a in total.acceptance_per_position],
-            }
-        return row
-
-
-def _round(x: float | None, digits: int) -> float | None:
-    return None if x is None else round(x, digits)
-
-
-def _decode_rate(generated: int, requests: int, wall: float, prefill_s: float) -> float | None:
-    """Tokens/s of a run's decode phase: the tokens after each request's first over the
-    wall time less the prefills (None when nothing is left of the wall time)."""
-    decode_s = wall - prefill_s
-    return (generated - requests) / decode_s if decode_s > 0 else None
-
 
 def _ngram_factory(max_batch: int, max_len: int) -> NgramDrafter:
     return NgramDrafter()
-
-
-def skipped_row(point: Point, reason: str, tp: int = 1) -> dict:
-    """A point that was planned but cannot run here; kept so a resumed run skips it too."""
-    return {
-        "key": point.key,
-        "group": point.group,
-        "workload": point.workload,
-        "prompt_len": point.prompt_len,
-        "batch": point.batch,
-        "temperature": point.temperature,
-        "method": point.method,
-        "window": point.window,
-        "tp": tp,
-        "status": "skipped",
-        "reason": reason,
-    }
-
-
-def threads_scaling() -> float | None:
-    """fp32 arithmetic on all of torch's threads over one (`doctor.arithmetic`, 0.2 s),
-    or None with one thread."""
-    threads = torch.get_num_threads()
-    return arithmetic(threads, seconds=0.1)["scaling"] if threads > 1 else None

@@ -201,7 +201,7 @@ class OnlineLearner:
         self._tick = self._clock()  # the end of the last `between_steps`
         self._acceptance: deque[tuple[int, torch.Tensor]] = deque(maxlen=cfg.window)
         self._rng = random.Random(cfg.seed)
-        from specdec.training.stages import heads_autocast
+        from specdec.training.target import heads_autocast
 
         self._device = next(self.student.parameters()).device
         self.autocast = heads_autocast(self._device.type, cfg.autocast)

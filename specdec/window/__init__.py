@@ -4,22 +4,17 @@
 tokens over measured seconds, k = 0 being plain decoding, and guards the speed it realises.
 """
 
-from specdec.types import Batch, StepRecord
-from specdec.window.acceptance import Acceptance
 from specdec.window.config import WindowConfig
 from specdec.window.controller import AdaptiveWindow, FixedWindow, Phase, PricesModels, Window
 from specdec.window.costs import CostModel, conditional_acceptance, expected_tokens, predict_speedup
 from specdec.window.pricing import relative_cost, startup_pays
 
 __all__ = [
-    "Acceptance",
     "AdaptiveWindow",
-    "Batch",
     "CostModel",
     "FixedWindow",
     "Phase",
     "PricesModels",
-    "StepRecord",
     "Window",
     "WindowConfig",
     "conditional_acceptance",

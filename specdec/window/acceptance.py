@@ -61,7 +61,7 @@ class Acceptance:
     def alpha(self) -> list[float]:
         """Conditional acceptance per position; rarely reached positions borrow the pool."""
         pooled = optimistic_rate(sum(self.kept), sum(self.reached), self.config.optimism)
-        weight = self.config.prior_weight
+        weight = self.config.evidence / 2  # a position leans on the pool with half a look
         return [
             (k + weight * pooled) / (r + weight)
             for k, r in zip(self.kept, self.reached, strict=True)
@@ -76,9 +76,9 @@ class Acceptance:
         return optimistic_rate(self.kept[0], self.reached[0], self.config.optimism)
 
     def state(self) -> dict:
-        """The counts scaled to at most `look_draws` rows at the first position (a warm start)."""
+        """The counts scaled to at most `evidence` rows at the first position (a warm start)."""
         first = self.reached[0] if self.reached else 0
-        scale = min(1.0, self.config.look_draws / first) if first else 1.0
+        scale = min(1.0, self.config.evidence / first) if first else 1.0
         return {
             "reached": [r * scale for r in self.reached],
             "kept": [k * scale for k in self.kept],

@@ -75,12 +75,12 @@ class Guard:
         self.saved += tokens_per_row * plain_s
         self.spent += seconds
         self.checked += 1
-        if self.checked < c.guard_steps:
+        if self.checked < c.evidence:
             return
         realised = self.saved / self.spent if self.spent > 0 else 1.0
         self.saved = self.spent = 0.0
         self.checked = 0
-        if realised < c.floor:
+        if realised < 1 - c.margin:
             self.off = self.next_backoff
             self.next_backoff = min(2 * self.next_backoff, c.max_backoff)
         elif realised >= 1.0:
@@ -141,7 +141,7 @@ class AdaptiveWindow:
         if (
             not k
             and drafting
-            and self.acceptance.reached[0] < c.look_draws
+            and self.acceptance.reached[0] < c.evidence
             and self._look_may_pay(rows)
         ):
             return Phase.LOOK, 1  # a look's few draws leave room for a drafter that pays
@@ -190,19 +190,18 @@ class AdaptiveWindow:
         return False
 
     def _may_start(self, batch: Batch) -> bool:
-        """Measured acceptance: priced at `informed_gain`. Before any: at the prior by
-        `start_gain`, or a cheap look where an always-right drafter gains `explore_share`."""
-        c, rows, n, ahead = self.config, batch.rows, batch.catch_up, batch.remaining
+        """Measured acceptance: a start nets half `explore_share`. Before any: twice it at the
+        prior, or a cheap look where an always-right drafter nets `explore_share`."""
+        c, n, ahead = self.config, batch.catch_up, batch.remaining
+
+        def pays(alpha: list[float], gain: float) -> bool:
+            return pricing.startup_pays(self.costs, batch.rows, alpha, c.k_max, n, ahead, gain)
+
         if self.acceptance.reached:
-            alpha = self.acceptance.alpha
-            return pricing.startup_pays(self.costs, rows, alpha, c.k_max, n, ahead, c.informed_gain)
-        prior = self.acceptance.prior()
-        if pricing.startup_pays(self.costs, rows, prior, c.k_max, n, ahead, c.start_gain):
+            return pays(self.acceptance.alpha, c.explore_share / 2)
+        if pays(self.acceptance.prior(), 2 * c.explore_share):
             return True
-        if not self._cheap_look(batch):
-            return False
-        right = [1.0] * c.k_max
-        return pricing.startup_pays(self.costs, rows, right, c.k_max, n, ahead, c.explore_share)
+        return self._cheap_look(batch) and pays([1.0] * c.k_max, c.explore_share)
 
     def observe(self, record: StepRecord) -> None:
         """Feed back one step (its timings and counts) or one admission's prefill."""

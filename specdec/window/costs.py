@@ -66,26 +66,23 @@ class PlanGrowth:
 
     def __init__(self, plan_s: dict[int, float], rows: int, projection_share: float) -> None:
         widths = sorted(plan_s)
-        low = {w: min(plan_s[v] for v in widths if v >= w) for w in widths}
         high = {w: max(plan_s[v] for v in widths if v <= w) for w in widths}
+        low = {w: min(plan_s[v] for v in widths if v >= w) for w in widths}
         fixed = (interpolate(high, rows) or 0.0) * (1 - projection_share) / projection_share
-        self._low = {w: s + fixed for w, s in low.items()}
-        self._high = {w: s + fixed for w, s in high.items()}
-        self._rows = rows
-        self._memo: dict[tuple[bool, int], float] = {}
+        self._envelopes = [{w: s + fixed for w, s in t.items()} for t in (low, high)]
+        self._rows, self._memo = rows, {}
 
     def lo(self, tokens_per_row: int) -> float:
-        return self._at(False, tokens_per_row)
+        return self._at(0, tokens_per_row)
 
     def hi(self, tokens_per_row: int) -> float:
-        return self._at(True, tokens_per_row)
+        return self._at(1, tokens_per_row)
 
-    def _at(self, high: bool, tokens_per_row: int) -> float:
-        key = (high, tokens_per_row)
-        if key not in self._memo:
-            envelope = self._high if high else self._low
-            self._memo[key] = interpolate(envelope, self._rows * tokens_per_row) or 1.0
-        return self._memo[key]
+    def _at(self, high: int, tokens_per_row: int) -> float:
+        if (high, tokens_per_row) not in self._memo:  # a step prices up to k_max windows
+            seconds = interpolate(self._envelopes[high], self._rows * tokens_per_row)
+            self._memo[high, tokens_per_row] = seconds or 1.0
+        return self._memo[high, tokens_per_row]
 
 
 def by_total(tables: dict[int, dict[int, float]], rows: int) -> dict[int, float]:
@@ -95,6 +92,11 @@ def by_total(tables: dict[int, dict[int, float]], rows: int) -> dict[int, float]
         for t, s in table.items():
             out.setdefault(r * t, s)
     return out
+
+
+# What a warm start stores (`to_json`): every measured table and the pace.
+_STORED = ("verify_s", "draft_step_s", "draft_first_s", "prefill_pass_s", "prefill_token_s",
+           "catch_up_pass_s", "draft_ratio", "pace")  # fmt: skip
 
 
 @dataclass
@@ -131,38 +133,23 @@ class CostModel:
 
     def to_json(self) -> dict:
         """Everything measured, as JSON (the warm start, `specdec.window.cache`)."""
-        return {
-            "verify_s": self.verify_s,
-            "draft_step_s": self.draft_step_s,
-            "draft_first_s": self.draft_first_s,
-            "prefill_pass_s": self.prefill_pass_s,
-            "prefill_token_s": self.prefill_token_s,
-            "catch_up_pass_s": self.catch_up_pass_s,
-            "draft_ratio": self.draft_ratio,
-            "pace": self.pace,
-            "seen": [[rows, t, n] for (rows, t), n in self._seen.items()],
-        }
+        seen = [[rows, t, n] for (rows, t), n in self._seen.items()]
+        return {name: getattr(self, name) for name in _STORED} | {"seen": seen}
 
     @classmethod
     def from_json(cls, data: dict) -> CostModel:
         """The inverse of `to_json`; a stored draft cost counts as one timing, so this
         process's first replaces it where faster ("Warm start")."""
 
-        def table(d: dict) -> dict[int, float]:
-            return {int(k): float(v) for k, v in d.items()}
+        def keyed(value):  # JSON's string keys back to ints, the seconds to floats
+            if isinstance(value, dict):
+                return {int(k): keyed(v) for k, v in value.items()}
+            return value if value is None else float(value)
 
-        return cls(
-            verify_s={int(r): table(t) for r, t in data["verify_s"].items()},
-            draft_step_s=table(data["draft_step_s"]),
-            draft_first_s=table(data.get("draft_first_s", {})),
-            prefill_pass_s={int(r): table(t) for r, t in data["prefill_pass_s"].items()},
-            prefill_token_s=data["prefill_token_s"],
-            catch_up_pass_s=table(data.get("catch_up_pass_s", {})),
-            draft_ratio=data["draft_ratio"],
-            pace=float(data.get("pace", 1.0)),
-            _seen={(int(r), int(t)): int(n) for r, t, n in data["seen"]},
-            drafts_timed=1 if data["draft_step_s"] or data.get("draft_first_s") else 0,
-        )
+        stored = {name: keyed(data[name]) for name in _STORED if name in data}
+        seen = {(int(r), int(t)): int(n) for r, t, n in data["seen"]}
+        timed = bool(stored["draft_step_s"] or stored.get("draft_first_s"))
+        return cls(**stored, _seen=seen, drafts_timed=int(timed))
 
     def _merge(self, old: float | None, new: float, first: bool) -> float:
         """The fastest of a shape's first timings, then a running average."""

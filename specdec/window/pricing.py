@@ -80,7 +80,7 @@ def startup_pays(
     k_max: int,
     catch_up: int,
     remaining: int,
-    min_gain: float = WindowConfig.start_gain,
+    min_gain: float = 2 * WindowConfig.explore_share,
 ) -> bool:
     """Whether `remaining` plain steps x (1 - 1 / best speedup) less the catch-up's cost is
     at least `min_gain` of the plain decoding ahead (unknown costs: True)."""

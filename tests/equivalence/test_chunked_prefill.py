@@ -15,9 +15,10 @@ import torch
 from specdec import engine as engine_module
 from specdec import sequence as sequence_module
 from specdec.drafters import DraftModelDrafter, NgramDrafter
-from specdec.engine import PREFILL_CHUNK_CPU, Engine, resolve_prefill_chunk
+from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
 from specdec.params import SamplingParams
+from specdec.prefill import PREFILL_CHUNK_CPU, resolve_prefill_chunk
 from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, staggered

@@ -10,7 +10,7 @@ from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.drafters import EagleDrafter
 from specdec.engine import Engine
 from specdec.heads.eagle import build_eagle
-from specdec.training.stages import TargetStates
+from specdec.training.target import TargetStates
 from specdec.window import FixedWindow
 
 from tiny import plain_greedy_references

@@ -15,7 +15,7 @@ from specdec.acceptors import GreedyAcceptor, RejectionSampler
 from specdec.drafters import SpeculatorDrafter
 from specdec.engine import Engine
 from specdec.heads import SpeculatorConfig
-from specdec.training.stages import TargetStates
+from specdec.training.target import TargetStates
 from specdec.window import FixedWindow
 
 from tiny import plain_greedy_references

@@ -20,7 +20,7 @@ from specdec.engine import Engine
 from specdec.heads import SpeculatorConfig
 from specdec.heads.tree import TreeDraft
 from specdec.params import SamplingParams
-from specdec.training.stages import TargetStates
+from specdec.training.target import TargetStates
 from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, plain_greedy_references

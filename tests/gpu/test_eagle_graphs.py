@@ -28,7 +28,7 @@ from specdec.heads.eagle import build_eagle
 from specdec.models.config import ModelConfig
 from specdec.models.loading import build_transformer
 from specdec.params import SamplingParams
-from specdec.training.stages import TargetStates
+from specdec.training.target import TargetStates
 from specdec.window import FixedWindow
 
 from tiny import hf_tiny, staggered

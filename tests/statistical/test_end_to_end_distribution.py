@@ -279,7 +279,7 @@ class OracleTreeHeads:
 
     def __init__(self, target, draft):
         from specdec.heads import SpeculatorConfig
-        from specdec.training.stages import TargetStates
+        from specdec.training.target import TargetStates
 
         self.config = SpeculatorConfig(2, 64, 64, 97, 97)
         self.proj = [torch.nn.Linear(1, 1)]

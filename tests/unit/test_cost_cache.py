@@ -74,7 +74,7 @@ def test_a_fresh_llm_starts_from_the_last_ones_acceptance(tiny_dir, tmp_path, mo
     first = LLM(str(tiny_dir), draft="ngram", speculate="auto", dtype="fp32")
     first.generate(["a b c a b c a b c a b c"], SamplingParams(temperature=0, max_tokens=48))
     state = first.engine.window.acceptance_state()
-    assert state["reached"] and 0 < state["reached"][0] <= WindowConfig().look_draws
+    assert state["reached"] and 0 < state["reached"][0] <= WindowConfig().evidence
     (stored,) = (tmp_path / "home" / "costs").glob("*.json")
     assert load_acceptance(stored) == state
 

@@ -2,7 +2,7 @@
 
 import json
 
-from specdec import doctor
+from specdec import doctor, host
 from specdec.cli import main
 from specdec.models.config import ModelConfig
 
@@ -96,8 +96,8 @@ def test_arithmetic_reports_one_thread_all_threads_and_says_when_they_share_core
     monkeypatch, capsys
 ):
     rates = {1: 50.0, 2: 60.0}
-    monkeypatch.setattr(doctor, "matmul_gflops", lambda threads, seconds: rates[threads])
-    compute = doctor.arithmetic(2)
+    monkeypatch.setattr(host, "matmul_gflops", lambda threads, seconds: rates[threads])
+    compute = host.arithmetic(2)
     assert compute == {
         "threads": 2, "one_thread_gflops": 50.0, "all_threads_gflops": 60.0, "scaling": 1.2
     }  # fmt: skip
@@ -115,7 +115,7 @@ def test_arithmetic_reports_one_thread_all_threads_and_says_when_they_share_core
     assert "fp32 matmul: 50.0 GFLOP/s on 1 thread, 60.0 on 2 (1.2x)" in out
     assert "share cores" in out
     rates[2] = 100.0
-    doctor.print_report({**data, "arithmetic": doctor.arithmetic(2)})
+    doctor.print_report({**data, "arithmetic": host.arithmetic(2)})
     assert "share cores" not in capsys.readouterr().out
 
 
@@ -123,6 +123,6 @@ def test_matmul_rate_is_measured_and_leaves_the_thread_count_alone():
     import torch
 
     threads = torch.get_num_threads()
-    assert doctor.matmul_gflops(1, n=64, seconds=0.01) > 0
-    assert doctor.matmul_gflops(1, n=64, seconds=0) > 0  # one timed call even with no time
+    assert host.matmul_gflops(1, n=64, seconds=0.01) > 0
+    assert host.matmul_gflops(1, n=64, seconds=0) > 0  # one timed call even with no time
     assert torch.get_num_threads() == threads

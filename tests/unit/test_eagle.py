@@ -11,7 +11,7 @@ from specdec.drafters.base import PassStates
 from specdec.drafters.eagle import EagleDrafter
 from specdec.errors import IncompatibleDraftError, ModelIntegrityError, ModelNotFoundError
 from specdec.heads.eagle import build_eagle, is_eagle_dir, load_eagle
-from specdec.training.stages import TargetStates
+from specdec.training.target import TargetStates
 
 from tiny import hf_tiny, native_from_hf
 

@@ -15,7 +15,7 @@ from specdec.errors import InvalidParameterError
 from specdec.heads import build_speculator, load_speculator
 from specdec.params import SamplingParams
 from specdec.training.online import LearnConfig, OnlineLearner, TrafficBuffer
-from specdec.training.stages import TargetStates
+from specdec.training.target import TargetStates
 from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf

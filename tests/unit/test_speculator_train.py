@@ -17,7 +17,8 @@ from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
 from specdec.heads import load_speculator
 from specdec.params import SamplingParams
-from specdec.training.stages import Corpus, SpeculatorTrainer, TargetStates, TrainConfig
+from specdec.training.stages import Corpus, SpeculatorTrainer, TrainConfig
+from specdec.training.target import TargetStates, Throughput, target_labels
 from specdec.window import FixedWindow
 
 from tiny import hf_tiny, native_from_hf, tiny_tokenizer
@@ -111,7 +112,7 @@ def test_progress_bar_shows_both_rates(target, tmp_path, capsys):
 
 
 def test_throughput_before_anything_ran():
-    tp = train_mod.Throughput()
+    tp = Throughput()
     assert tp.rate("target") is None and tp.postfix() == {"target": "-", "heads": "-"}
     tp.add("heads", 30_000, 2.0)
     assert tp.postfix()["heads"] == "15.0k/s" and tp.log()["heads_tokens_per_s"] == 15000.0
@@ -237,7 +238,7 @@ def test_stage1_epochs_over_cached_states(labels, target, tmp_path, monkeypatch)
         log_every=5, eval_prompts=0, stage1_labels=labels,
     )  # fmt: skip
     target_passes = {"n": 0}
-    real_states = train_mod.TargetStates.__call__
+    real_states = TargetStates.__call__
     real_labels = train_mod.target_labels
 
     def counting(self, *args, **kwargs):
@@ -248,7 +249,7 @@ def test_stage1_epochs_over_cached_states(labels, target, tmp_path, monkeypatch)
         target_passes["n"] += 1
         return real_labels(*args)
 
-    monkeypatch.setattr(train_mod.TargetStates, "__call__", counting)
+    monkeypatch.setattr(TargetStates, "__call__", counting)
     monkeypatch.setattr(train_mod, "target_labels", counting_labels)
     whole = SpeculatorTrainer(target, tok, Corpus(docs, tok), tmp_path / "whole", cfg).run()
     assert target_passes["n"] == (10 if labels == "text" else 20)
@@ -293,7 +294,7 @@ def test_the_target_dtype_follows_the_cpus_bf16_support(monkeypatch):
     states 6.4x slower than fp32 on an AVX2 CPU); bf16 on a GPU."""
     import torch
 
-    from specdec.training.stages import target_dtype
+    from specdec.training.target import target_dtype
 
     for native, want in ((True, "bf16"), (False, "fp32")):
         monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda n=native: n)
@@ -306,7 +307,7 @@ def test_heads_learn_under_bf16_autocast_with_fp32_weights(target, tmp_path, mon
     heads' positions per second on an AMX Xeon) the heads still learn: stage-1 loss halves
     and every head beats the most frequent token, while their weights and the optimizer's
     state stay fp32. The default follows the CPU's bf16 support."""
-    from specdec.training.stages import heads_autocast
+    from specdec.training.target import heads_autocast
 
     tok = tiny_tokenizer()
     cfg = _cfg(stage2_steps=0, heads_autocast=True)
@@ -334,7 +335,6 @@ def test_stage1_can_learn_the_targets_own_choices(target, tmp_path):
     opposite (so the labels are what the loss used)."""
     from specdec.training.corpus import PackedStream
     from specdec.training.losses import head_losses
-    from specdec.training.stages import target_labels
 
     tok = tiny_tokenizer()
     corpus = Corpus(corpus_docs(), tok)
@@ -389,7 +389,7 @@ def test_an_eagle_head_learns_in_both_stages_and_drafts_losslessly(target, tmp_p
     hidden = TargetStates(target)(ids)
     valid = torch.ones_like(ids, dtype=torch.bool)
 
-    labels = train_mod.target_labels(target, hidden, ids)
+    labels = target_labels(target, hidden, ids)
 
     @torch.no_grad()
     def loss(h):
