@@ -3,6 +3,7 @@ satisfies the Drafter protocol, its drafts are kept and rejected, and fp32 greed
 equals plain decoding's token for token, with rows finishing and joining mid-batch."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,15 @@ from tiny import hf_tiny, native_from_hf, staggered
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "phrase_drafter.py"
 PROMPTS = ["def f(x):", "class A:", "x = [1, 2", "for i in", "# note"]
+
+
+def _howto_drafter():
+    """The class as docs/howto/custom-drafter.md prints it (its first Python block)."""
+    text = (Path(__file__).parents[2] / "docs" / "howto" / "custom-drafter.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    namespace = {}
+    exec(compile(code, "custom-drafter.md", "exec"), namespace)
+    return namespace["PhraseDrafter"]
 
 
 def _example():
@@ -46,19 +56,29 @@ def test_it_is_a_drafter_with_no_optional_power():
     assert Drafter  # the protocol the members above follow
 
 
-def test_it_proposes_the_rest_of_a_phrase():
-    drafter = _example().PhraseDrafter([[5, 6, 7, 8, 9]], min_match=2)
+@pytest.mark.parametrize("where", ["example", "howto"])
+def test_it_proposes_the_rest_of_a_phrase(where):
+    cls = _example().PhraseDrafter if where == "example" else _howto_drafter()
+    drafter = cls([[5, 6, 7, 8, 9]], min_match=2)
     drafter.admit([[1, 5, 6], [1, 5], [4, 5, 6, 7]])
     draft = drafter.propose(2, None, None)
     assert draft.lengths.tolist() == [2, 0, 2] and draft.probs is None
     assert draft.tokens.tolist() == [[7, 8], [0, 0], [8, 9]]
 
 
-@pytest.mark.parametrize("acceptor", [RejectionSampler(), GreedyAcceptor()], ids=["rs", "greedy"])
-@pytest.mark.parametrize("window", ["k4", "auto"])
-def test_greedy_output_equals_plain(setup, tokenizer, acceptor, window):
+@pytest.mark.parametrize(
+    "acceptor, window, where",
+    [
+        (RejectionSampler(), "k4", "example"),
+        (GreedyAcceptor(), "k4", "example"),
+        (RejectionSampler(), "auto", "example"),
+        (RejectionSampler(), "k4", "howto"),
+    ],
+    ids=["rs-k4", "greedy-k4", "rs-auto", "howto-rs-k4"],
+)
+def test_greedy_output_equals_plain(setup, tokenizer, acceptor, window, where):
     target, ids, params, want, phrases = setup
-    PhraseDrafter = _example().PhraseDrafter
+    PhraseDrafter = _example().PhraseDrafter if where == "example" else _howto_drafter()
     chosen = FixedWindow(4) if window == "k4" else AdaptiveWindow(k_max=6)
     engine = Engine(
         target,
@@ -75,6 +95,27 @@ def test_greedy_output_equals_plain(setup, tokenizer, acceptor, window):
         drafted = sum(s.stats.drafted for s in got)
         accepted = sum(s.stats.accepted for s in got)
         assert 0 < accepted < drafted  # drafts were kept, and some were rejected
+
+
+def test_it_follows_its_rows(setup, tokenizer):
+    """Given the target's whole answers as phrases, a drafter that tracks every row's history
+    right (commit, move_row, reset_row as rows finish and join) drafts them nearly whole."""
+    target, ids, params, want, _ = setup
+    PhraseDrafter = _example().PhraseDrafter
+    answers = [prompt + out for prompt, out in zip(ids, want, strict=True)]
+    engine = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=2,
+        drafter_factory=lambda rows, length: PhraseDrafter(answers, min_match=len(ids[0])),
+        window=FixedWindow(4),
+    )
+    got = staggered(engine, ids, params)
+    assert [s.output_ids for s in got] == want
+    for seq in got:
+        assert seq.stats.accepted >= 0.9 * seq.stats.drafted > 0
+        assert seq.stats.mean_accepted_length > 3
 
 
 def test_the_example_script_runs_on_a_tiny_model(monkeypatch, capsys):
