@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from specdec.bench import cli as bench_cli
+from specdec.cli_sampling import add_sampling_args, sampling_params
 from specdec.errors import InvalidParameterError, SpecdecError
 
 
@@ -43,6 +44,7 @@ def _generate_args(sub) -> None:
     p.add_argument(
         "--compare", action="store_true", help="also run plain decoding and print the speedup"
     )
+    add_sampling_args(p)  # penalties, logit_bias, logprobs, JSON output: as the server's
     p.add_argument("--json", action="store_true", help="one JSON object per prompt")
     p.add_argument("prompts", nargs="+", metavar="PROMPT")
 
@@ -215,17 +217,8 @@ def cmd_generate(args) -> None:
 
 
 def _generate(args, quiet: bool) -> None:
-    from specdec.params import SamplingParams
-
-    params = SamplingParams(
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        seed=args.seed,
-        max_tokens=args.max_tokens,
-        stop=tuple(args.stop),
-        ignore_eos=args.ignore_eos,
-    )
+    params = sampling_params(args)  # checked before any weights load
+    logprobs = params.logprobs
     t0 = time.perf_counter()
     llm = _load(args, max_batch=args.max_batch)
     load_s = time.perf_counter() - t0
@@ -239,16 +232,34 @@ def _generate(args, quiet: bool) -> None:
     if quiet:  # tensor parallelism: rank 0 prints
         return
     memory = _memory(llm) if args.json else None
+    formatter = _logprob_formatter(llm) if logprobs is not None else None
     for i, (prompt, c) in enumerate(zip(args.prompts, completions, strict=True)):
         base = plain[i] if plain else None
         if args.json:
             row = {"prompt": prompt, **c.to_dict(), "memory": memory, "load_s": round(load_s, 2)}
+            if formatter is not None:  # the chat API's shape: token, logprob, bytes, top
+                row["logprobs"] = formatter.chat(c.logprobs or [])["content"]
             if base:
                 row["plain"] = base.to_dict()
                 row["speedup"] = round(c.tokens_per_s / base.tokens_per_s, 3)
             print(json.dumps(row), flush=True)
         else:
             _print_human(c, base, load_s)
+            if formatter is not None:
+                _print_logprobs(formatter, c.logprobs or [])
+
+
+def _logprob_formatter(llm):
+    from specdec.serving.logprobs import LogprobFormatter
+
+    return LogprobFormatter(llm.engine)
+
+
+def _print_logprobs(formatter, entries) -> None:
+    """One line per emitted token: its text, log probability and the alternatives."""
+    for e in entries:
+        top = ", ".join(f"{formatter.text(t)!r} {lp:.3f}" for t, lp in e.top)
+        print(f"   {formatter.text(e.token)!r:>16} {e.logprob:8.3f}  [{top}]", flush=True)
 
 
 def _memory(llm) -> dict:

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from specdec.acceptors import ACCEPTORS, TokenAcceptor
+from specdec.devices import check_device
 from specdec.distributed import (
     check_tp_split,
     init_tensor_parallel,
@@ -124,6 +125,7 @@ class LLM:
         args = model if isinstance(model, EngineArgs) else EngineArgs(model=model, **options)
         self.args = args
         spec, device, dtype = args.draft_spec, args.device, args.dtype
+        check_device(device)  # a CPU-only torch or a missing GPU: one line, before any load
         self.prefill_chunk = resolve_prefill_chunk(args.prefill_chunk, device)  # before any load
         self.tp = init_tensor_parallel(args.tp, device)  # None for tp = 1; checks WORLD_SIZE
         self.draft_tp = args.draft_tp

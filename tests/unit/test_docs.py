@@ -44,6 +44,25 @@ def test_the_site_builds_strict(tmp_path):
     assert result.returncode == 0, output
     assert "WARNING" not in output, output
     assert (tmp_path / "site" / "design" / "contracts" / "index.html").exists()
+    # The site works offline: no page loads anything from elsewhere (a `.mermaid` element
+    # makes Material fetch mermaid.js from a CDN; its default font comes from Google Fonts).
+    fetching = re.compile(r'<(?:script|link)[^>]*(?:src|href)="https?://|class="mermaid"')
+    online = [p for p in (tmp_path / "site").rglob("*.html") if fetching.search(p.read_text())]
+    assert not online, f"pages that fetch from the network when viewed: {online}"
+    assert (tmp_path / "site" / "img" / "architecture-step.svg").exists()
+
+
+def test_the_diagrams_are_drawn_from_their_sources(script):
+    """Every docs/diagrams/*.mmd has its SVG, drawn from that very text (its sha256 is in the
+    SVG); a page embeds the SVG, never a mermaid fence."""
+    render = script("render_diagrams")
+    sources = sorted(render.SOURCES.glob("*.mmd"))
+    assert sources
+    assert not render.stale(), "run python scripts/render_diagrams.py (needs chromium, npm)"
+    for source in sources:
+        assert any(f"img/{source.stem}.svg" in page.read_text() for page in _pages()), source
+    fenced = [p for p in _pages() if "```mermaid" in p.read_text()]
+    assert not fenced, f"mermaid fences (drawn from a CDN at view time) in {fenced}"
 
 
 def test_the_cli_reference_is_current():
