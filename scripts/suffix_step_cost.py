@@ -1,5 +1,5 @@
 """The suffix drafter's own cost per engine step (propose + commit, one row) over a 60K-token
-store: with no match and while copying 16 tokens a step (docs/BENCHMARKS.md, suffix decoding).
+store: with no match and while copying 16 tokens a step (docs/benchmarks.md, "Suffix decoding").
 Prints the 10th percentile of 200 steps: the step's own cost, less a shared host's noise."""
 
 import random

@@ -1,4 +1,4 @@
-"""summary.md: the tables of a benchmark folder, ready to paste into docs/BENCHMARKS.md.
+"""summary.md: the tables of a benchmark folder, in the form of docs/benchmarks.md's tables.
 
 Also states the issue's two checks in words, with the points that fail them, so a reader
 does not have to scan the table: `auto` at or above 0.97x plain everywhere, and predicted

@@ -34,9 +34,9 @@ from specdec.errors import InvalidParameterError
 # a profile's end takes its last value.
 PROFILES: dict[str, tuple[float, ...]] = {
     # the trained eagle head on the trainer's 8 held-out chats, bf16 target, chain k = 1..5:
-    # tokens per pass 1.6261 / 1.9955 / 2.2315 / 2.3876 / 2.495 (docs/BENCHMARKS.md, "An
-    # eagle head at 2 tokens per pass in the engine", mean over positions; raw
-    # archived runs, git tag archive/bench-runs). Their differences are the share of
+    # tokens per pass 1.6261 / 1.9955 / 2.2315 / 2.3876 / 2.495 (the archived
+    # docs/BENCHMARKS.md, git tag archive/bench-runs: "An eagle head at 2 tokens per pass in
+    # the engine", mean over positions). Their differences are the share of
     # positions whose first i drafts were all kept (0.6261, 0.3694, 0.2360, 0.1561,
     # 0.1074); these are their successive ratios.
     "eagle-chat": (0.6261, 0.5900, 0.6389, 0.6614, 0.6880),

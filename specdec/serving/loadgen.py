@@ -244,7 +244,8 @@ def result_row(label: str, load: str, summary: dict) -> dict:
 
 
 def format_table(rows: list[dict]) -> str:
-    """A Markdown table of the main columns, for docs/BENCHMARKS.md."""
+    """A Markdown table of the main columns, as `specdec bench-serve` prints it
+    (docs/guide/serving.md, "Load testing")."""
     cols = [
         ("server", "server"),
         ("load", "load"),
