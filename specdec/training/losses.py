@@ -23,6 +23,28 @@ class HeadMetrics:
     tokens: int
 
 
+class _Tally:
+    """Each head's (or draft step's) cross-entropy and top-1 accuracy as the losses go, and
+    the most tokens any of them scored."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+        self.accs: list[float] = []
+        self.tokens = 0
+
+    def score(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The cross-entropy of `scores` [M, N] for `target` [M] (a zero that keeps the
+        graph where M = 0), recorded with its accuracy."""
+        loss = F.cross_entropy(scores, target) if len(scores) else scores.sum()
+        self.losses.append(float(loss.detach()))
+        self.accs.append(float((scores.argmax(-1) == target).float().mean()) if len(scores) else 0)
+        self.tokens = max(self.tokens, len(scores))
+        return loss
+
+    def metrics(self, total: torch.Tensor) -> HeadMetrics:
+        return HeadMetrics(float(total.detach()), self.losses, self.accs, self.tokens)
+
+
 def head_losses(
     spec: MLPSpeculator,
     hidden: torch.Tensor,  # [B, T, E] the target's states
@@ -38,17 +60,13 @@ def head_losses(
     labels = tokens if labels is None else labels
     inputs = torch.stack([tokens[:, i + 1 : i + 1 + L] for i in range(n)], -1)  # [B, L, n]
     logits = spec(hidden[:, :L].float(), inputs)  # n x [B, L, N]
-    total, losses, accs, count = 0.0, [], [], 0
+    total, tally = 0.0, _Tally()
     for i in range(n):
         target = spec.to_draft[labels[:, i + 2 : i + 2 + L]]  # [B, L] draft ids (N: outside)
         ok = valid[:, i + 2 : i + 2 + L] & (target < N)
         scores = logits[i][ok]  # [M, N]
-        loss = F.cross_entropy(scores, target[ok]) if len(scores) else scores.sum()
-        total = total + loss
-        losses.append(float(loss.detach()))
-        accs.append(float((scores.argmax(-1) == target[ok]).float().mean()) if len(scores) else 0)
-        count = max(count, int(ok.sum()))
-    return total, HeadMetrics(float(total.detach()), losses, accs, count)
+        total = total + tally.score(scores, target[ok])
+    return total, tally.metrics(total)
 
 
 def eagle_losses(
@@ -76,19 +94,15 @@ def eagle_losses(
     feats = feats + (noise * 2 - 1) * (EAGLE_NOISE * rms)
     positions = torch.arange(T - 1, device=hidden.device)[None].expand(B, -1)
     preds = head.unrolled(tokens[:, 1:], feats, positions, steps)  # steps x [B, T-1, E]
-    total, losses, accs, count = 0.0, [], [], 0
+    total, tally = 0.0, _Tally()
     for i, pred in enumerate(preds):  # step i+1: positions p >= i
         ok_state = valid[:, i + 1 :]  # [B, T-1-i] the state p+1 is real
         reg = F.smooth_l1_loss(pred[:, i:].float()[ok_state], hidden[:, i + 1 :].float()[ok_state])
         target = head.to_draft[labels[:, i + 2 :]]  # [B, T-2-i] token p+2 as a draft id
         ok = valid[:, i + 2 :] & (target < N)
         scores = head.logits(pred[:, i:-1])[ok].float()  # [M, N]
-        cls = F.cross_entropy(scores, target[ok]) if len(scores) else scores.sum()
-        total = total + reg + cls_weight * cls
-        losses.append(float(cls.detach()))
-        accs.append(float((scores.argmax(-1) == target[ok]).float().mean()) if len(scores) else 0)
-        count = max(count, int(ok.sum()))
-    return total, HeadMetrics(float(total.detach()), losses, accs, count)
+        total = total + reg + cls_weight * tally.score(scores, target[ok])
+    return total, tally.metrics(total)
 
 
 def eagle3_losses(
@@ -109,16 +123,10 @@ def eagle3_losses(
     B, T, _ = aux.shape
     positions = torch.arange(T - 1, device=aux.device)[None].expand(B, -1)
     preds = head.unrolled(tokens[:, 1:], aux[:, :-1].float(), positions, steps)  # [B, T-1, H]
-    total, losses, accs, count = 0.0, [], [], 0
+    total, tally = 0.0, _Tally()
     for i, pred in enumerate(preds):  # step i+1: positions p >= i
         target = head.to_draft[labels[:, i + 2 :]]  # [B, T-2-i] token p+2 as a draft id
         ok = valid[:, i + 2 :] & (target < N)
         scores = head.logits(pred[:, i:-1])[ok].float()  # [M, N]
-        cls = F.cross_entropy(scores, target[ok]) if len(scores) else scores.sum()
-        total = total + cls
-        losses.append(float(cls.detach()))
-        accs.append(float((scores.argmax(-1) == target[ok]).float().mean()) if len(scores) else 0)
-        count = max(count, int(ok.sum()))
-    return total, HeadMetrics(float(total.detach()), losses, accs, count)
-
-
+        total = total + tally.score(scores, target[ok])
+    return total, tally.metrics(total)
