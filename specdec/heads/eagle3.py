@@ -47,7 +47,7 @@ from specdec.errors import (
 )
 from specdec.heads.eagle import _rope_tables, _rotate, unroll
 from specdec.heads.mlp import _read, read_config, target_tables
-from specdec.models.transformer import rms_norm
+from specdec.models.transformer import RMSNorm  # vLLM's / HF's (`weight`), fp32 math
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 ARCHITECTURES = (ARCHITECTURE, "Eagle3LlamaForCausalLM")  # both name vLLM's class
@@ -174,18 +174,6 @@ class Eagle3Config:
             norm_before_residual=bool(data.get("norm_before_residual", False)),
             n_predict=int(data.get("specdec_n_predict", 5)),
         )
-
-
-class RMSNorm(nn.Module):
-    """vLLM's / HF's RMSNorm (`weight`), normalising in fp32."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
 
 
 def _linear(n_in: int, n_out: int) -> nn.Linear:
