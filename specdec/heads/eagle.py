@@ -51,6 +51,20 @@ ARCHITECTURE = "SpecdecEagleHead"
 WEIGHTS = "model.safetensors"
 
 
+def check_layer_config(kind: str, c) -> None:
+    """What an eagle or EAGLE-3 head's one decoder layer needs of its config (`c`): sizes of
+    at least 1, query heads that share the key/value heads evenly, a chain of at least one."""
+    if min(c.hidden_size, c.intermediate_size, c.num_heads, c.head_dim) < 1:
+        raise InvalidParameterError(f"{kind} head config: sizes must be >= 1")
+    if c.num_kv_heads < 1 or c.num_heads % c.num_kv_heads:
+        raise InvalidParameterError(
+            f"{kind} head config: {c.num_heads} heads do not share "
+            f"{c.num_kv_heads} key/value heads evenly"
+        )
+    if c.n_predict < 1:
+        raise InvalidParameterError(f"{kind} head config: n_predict must be >= 1")
+
+
 @dataclass(frozen=True)
 class EagleConfig:
     hidden_size: int  # E, the target's
@@ -65,19 +79,11 @@ class EagleConfig:
     n_predict: int = 5  # the longest chain it drafts (the engine's window is capped there)
 
     def __post_init__(self) -> None:
-        if min(self.hidden_size, self.intermediate_size, self.num_heads, self.head_dim) < 1:
-            raise InvalidParameterError("eagle head config: sizes must be >= 1")
-        if self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
-            raise InvalidParameterError(
-                f"eagle head config: {self.num_heads} heads do not share "
-                f"{self.num_kv_heads} key/value heads evenly"
-            )
+        check_layer_config("eagle", self)
         if not 1 <= self.vocab_size <= self.target_vocab_size:
             raise InvalidParameterError(
                 f"eagle head config: vocab_size must be in [1, {self.target_vocab_size}]"
             )
-        if self.n_predict < 1:
-            raise InvalidParameterError("eagle head config: n_predict must be >= 1")
 
     def to_json(self) -> dict:
         return {"architectures": [ARCHITECTURE], "model_type": MODEL_TYPE, **asdict(self)}

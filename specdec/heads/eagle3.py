@@ -45,7 +45,7 @@ from specdec.errors import (
     ModelIntegrityError,
     ModelNotFoundError,
 )
-from specdec.heads.eagle import _rope_tables, _rotate, unroll
+from specdec.heads.eagle import _rope_tables, _rotate, check_layer_config, unroll
 from specdec.heads.mlp import _read, read_config, target_tables
 from specdec.models.transformer import RMSNorm  # vLLM's / HF's (`weight`), fp32 math
 
@@ -77,13 +77,7 @@ class Eagle3Config:
     n_predict: int = 5  # the longest chain it drafts (ours; vLLM takes it from its config)
 
     def __post_init__(self) -> None:
-        if min(self.hidden_size, self.intermediate_size, self.num_heads, self.head_dim) < 1:
-            raise InvalidParameterError("eagle3 head config: sizes must be >= 1")
-        if self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads:
-            raise InvalidParameterError(
-                f"eagle3 head config: {self.num_heads} heads do not share "
-                f"{self.num_kv_heads} key/value heads evenly"
-            )
+        check_layer_config("eagle3", self)
         if not 1 <= self.draft_vocab_size <= self.target_vocab_size:
             raise InvalidParameterError(
                 f"eagle3 head config: draft_vocab_size {self.draft_vocab_size} must be in "
@@ -94,8 +88,6 @@ class Eagle3Config:
                 f"eagle3 head config: eagle_aux_hidden_state_layer_ids must name 3 layers, "
                 f"got {list(self.aux_layer_ids)}"
             )
-        if self.n_predict < 1:
-            raise InvalidParameterError("eagle3 head config: n_predict must be >= 1")
 
     # what the eagle drafter reads (`specdec.drafters.eagle`)
     @property

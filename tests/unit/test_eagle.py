@@ -9,8 +9,14 @@ import torch.nn.functional as F
 
 from specdec.drafters.base import PassStates
 from specdec.drafters.eagle import EagleDrafter
-from specdec.errors import IncompatibleDraftError, ModelIntegrityError, ModelNotFoundError
-from specdec.heads.eagle import build_eagle, is_eagle_dir, load_eagle
+from specdec.errors import (
+    IncompatibleDraftError,
+    InvalidParameterError,
+    ModelIntegrityError,
+    ModelNotFoundError,
+)
+from specdec.heads.eagle import EagleConfig, build_eagle, is_eagle_dir, load_eagle
+from specdec.heads.eagle3 import Eagle3Config
 from specdec.training.target import TargetStates
 
 from tiny import hf_tiny, native_from_hf
@@ -299,3 +305,33 @@ def test_impossible_trees_are_refused(target):
     for tree in [(11, 1), (2, 2, 2, 2, 2), (0, 1)]:
         with pytest.raises(InvalidParameterError):
             EagleDrafter(head, max_batch=1, max_len=16, tree=tree)
+
+
+_LAYER = dict(hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16)
+_CONFIGS = {
+    "eagle": (EagleConfig, dict(_LAYER, vocab_size=10, target_vocab_size=97)),
+    "eagle3": (
+        Eagle3Config,
+        dict(_LAYER, draft_vocab_size=10, target_vocab_size=97, aux_layer_ids=(0, 1, 1)),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(head_dim=0), "sizes must be >= 1"),
+        (dict(intermediate_size=0), "sizes must be >= 1"),
+        (dict(num_kv_heads=3), "4 heads do not share 3 key/value heads evenly"),
+        (dict(num_kv_heads=0), "4 heads do not share 0 key/value heads evenly"),
+        (dict(n_predict=0), "n_predict must be >= 1"),
+    ],
+)
+def test_a_head_config_its_layer_cannot_be_built_from_is_refused(kind, change, message):
+    """Both heads' configs refuse what their decoder layer cannot be built from, naming the
+    head kind and the field; the unchanged config is taken."""
+    cls, fields = _CONFIGS[kind]
+    assert cls(**fields).n_predict == 5
+    with pytest.raises(InvalidParameterError, match=f"^{kind} head config: {message}"):
+        cls(**{**fields, **change})
