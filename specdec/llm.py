@@ -55,7 +55,12 @@ from specdec.models.quant_load import load_model
 from specdec.models.transformer import Transformer
 from specdec.params import SamplingParams
 from specdec.prefill import resolve_prefill_chunk
-from specdec.tokenization import encode_prompt, eos_token_ids, load_tokenizer
+from specdec.tokenization import (
+    encode_prompt,
+    eos_token_ids,
+    load_tokenizer,
+    same_tokenizer_files,
+)
 from specdec.window import AdaptiveWindow, FixedWindow
 from specdec.window.cache import cost_file, load_acceptance, load_costs, save_costs
 
@@ -140,7 +145,7 @@ class LLM:
         window = build_window(args.window, args.k_max)
         acceptor = build_acceptor(args.acceptor)
         path = resolve(args.model, dtype)
-        self.name = args.model
+        self.name, self.path = args.model, path
         self.tokenizer = load_tokenizer(path)
         self.eos_ids = eos_token_ids(path, self.tokenizer)
         if self.tp is not None:  # each rank on its own device; refuse bad splits before loading
@@ -323,7 +328,8 @@ class LLM:
         from specdec.hub import gguf_source, resolve
 
         path = resolve(draft, dtype)
-        check_same_tokenizer(self.tokenizer, load_tokenizer(path))
+        if not same_tokenizer_files(path, self.path):
+            check_same_tokenizer(self.tokenizer, load_tokenizer(path))
         # draft_tp = 1: every rank holds the whole draft and drafts on its own.
         shard = self.tp if self.draft_tp > 1 else None
         source = gguf_source(draft) if quant == "int4" and shard is None else None

@@ -17,6 +17,32 @@ def load_tokenizer(path: str | Path) -> transformers.PreTrainedTokenizerBase:
         raise ModelNotFoundError(f"{path}: cannot load a tokenizer ({err})") from err
 
 
+# The files a Hugging Face tokenizer is read from (those a model directory has).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+def same_tokenizer_files(a: str | Path, b: str | Path) -> bool:
+    """Whether two model directories hold byte-identical tokenizer files: then they load the
+    same tokenizer, and a draft need not load its own to be checked (2-4 s of a warm start
+    for the Qwen pair)."""
+    import filecmp
+
+    a, b = Path(a), Path(b)
+    names = [n for n in TOKENIZER_FILES if (a / n).is_file() or (b / n).is_file()]
+    return bool(names) and all(
+        (a / n).is_file() and (b / n).is_file() and filecmp.cmp(a / n, b / n, shallow=False)
+        for n in names
+    )
+
+
 # Special tokens that end a sequence in the Llama-family models we serve. A GGUF keeps one
 # EOS id, but instruct models end a turn with one token (<|im_end|>) and a document with
 # another (<|endoftext|>); stopping on either is what their original configs declare.

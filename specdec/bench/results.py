@@ -55,6 +55,7 @@ CSV_COLUMNS = (
     "acceptance_per_position",
     "same_output_as_plain",
     "cost_per_million_tokens",
+    "peak_rss_mb",
     "load_1m",
     "threads_scaling",
     "reason",

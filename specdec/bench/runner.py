@@ -41,6 +41,7 @@ import torch
 from specdec import data as workloads
 from specdec.bench import edits, peers
 from specdec.bench.costs import measure_costs
+from specdec.bench.memory import peak_rss_bytes, reset_peak
 from specdec.bench.plan import INTERLEAVES, Point, is_peer, vllm_draft_k
 from specdec.bench.rows import (
     decode_rate,
@@ -80,6 +81,7 @@ class Trial:
     prompts: list[list[int]]
     rounds: Callable[[], Rounds]
     runs: list[tuple] = field(default_factory=list)
+    peak_rss: int = 0  # bytes: the process's highest RSS while the point warmed up and ran
 
 
 @dataclass
@@ -358,6 +360,7 @@ class Runner:
                 f"{point.method}: the cost cache it stands for is per process, and a "
                 "tensor-parallel LLM keeps none"
             )
+        reset_peak()  # its model loads and warm-up count in the method's peak
         prompts = self.prompts(point)
         params = self.llm.spmd_params(self.params(point, len(prompts)), len(prompts))
         if point.method in ("hf-generate", "hf-assisted"):
@@ -375,13 +378,15 @@ class Runner:
         elif warm_key not in self._warm:  # first calls of a shape are slower: one short run
             warm()
             self._warm.add(warm_key)
-        return Trial(point, prompts, rounds)
+        return Trial(point, prompts, rounds, peak_rss=peak_rss_bytes())
 
     def run_once(self, trial: Trial) -> None:
         """One timed run of the trial's point, its rounds back to back."""
+        reset_peak()
         timing = _Timing(trial.rounds())
         while timing.advance():
             pass
+        trial.peak_rss = max(trial.peak_rss, peak_rss_bytes())
         self._record(trial, timing)
 
     @staticmethod
@@ -404,6 +409,7 @@ class Runner:
                 round_or_none(decode_rate(generated, len(prompts), r[0], r[4]), 3) for r in runs
             ]
         row["turns"] = turns
+        row["peak_rss_mb"] = round(trial.peak_rss / 1e6, 1)  # this process's (not vLLM's)
         # CPU seconds this process used: with --threads 1 that is the work done, whatever
         # share of the cores neighbours took (a shared machine stretches wall time, not CPU
         # time); with more threads it also counts threads spinning at barriers.

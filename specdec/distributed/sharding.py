@@ -38,7 +38,7 @@ from specdec.errors import ModelNotFoundError, UnsupportedModelError
 from specdec.kernels.linear import Linear
 from specdec.models.config import ModelConfig
 from specdec.models.loading import native_state_dict, read_safetensors, torch_dtype
-from specdec.models.transformer import Transformer
+from specdec.models.transformer import Transformer, on_meta
 
 
 def check_divisible(cfg: ModelConfig, tp: int) -> None:
@@ -144,7 +144,7 @@ def build_sharded_transformer(
     """This rank's shard of the model, on `group.device`, ready for collective forwards."""
     tp, rank = group.world_size, group.rank
     local = local_config(cfg, tp)
-    with torch.device("meta"):
+    with on_meta():
         model = Transformer(local)
         model.lm_head = Linear(cfg.hidden_size, padded_vocab(cfg.vocab_size, tp) // tp, bias=False)
     state = native_state_dict(shard_hf_state(hf_state, cfg, rank, tp), local)

@@ -45,6 +45,7 @@ from specdec.errors import (
 )
 from specdec.heads.mlp import _read, read_config, target_tables
 from specdec.kernels.linear import Linear
+from specdec.models.transformer import on_meta
 
 MODEL_TYPE = "specdec_eagle"
 ARCHITECTURE = "SpecdecEagleHead"
@@ -388,7 +389,7 @@ def load_eagle(
     if int(vocab_map.min()) < 0 or int(vocab_map.max()) >= cfg.target_vocab_size:
         raise ModelIntegrityError(f"{weights}: vocab_map holds ids outside the vocabulary")
     embed, rows = _tables(target, vocab_map.long())
-    with torch.device("meta"):
+    with on_meta():
         model = EagleHead(cfg, embed.to("meta"), rows.to("meta"), vocab_map.to("meta"))
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     missing = sorted(set(expected) - set(tensors))

@@ -47,7 +47,7 @@ from specdec.errors import (
 )
 from specdec.heads.eagle import _rope_tables, _rotate, check_layer_config, unroll
 from specdec.heads.mlp import _read, read_config, target_tables
-from specdec.models.transformer import RMSNorm  # vLLM's / HF's (`weight`), fp32 math
+from specdec.models.transformer import RMSNorm, on_meta  # RMSNorm: vLLM's / HF's (`weight`)
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 ARCHITECTURES = (ARCHITECTURE, "Eagle3LlamaForCausalLM")  # both name vLLM's class
@@ -431,7 +431,7 @@ def load_eagle3(
             f"{weights}: embed_tokens.weight is {list(own_embed.shape)}, the target's "
             f"embedding {list(embed.shape)}"
         )
-    with torch.device("meta"):
+    with on_meta():
         model = Eagle3Head(cfg, torch.empty(embed.shape), torch.arange(cfg.draft_vocab_size))
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     missing = sorted(set(expected) - set(tensors))

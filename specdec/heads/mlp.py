@@ -77,6 +77,7 @@ from specdec.errors import (
     ModelIntegrityError,
     ModelNotFoundError,
 )
+from specdec.models.transformer import on_meta
 
 MODEL_TYPE = "mlp_speculator"
 ARCHITECTURE = "MLPSpeculatorPreTrainedModel"  # vLLM's registry name for the layout
@@ -493,7 +494,7 @@ def load_speculator(
     embed = head = None
     if cfg.reuse_target:
         embed, head = target_tables(target)
-    with torch.device("meta"):
+    with on_meta():
         model = MLPSpeculator(cfg, _meta(embed), _meta(head), _meta(vocab_map))
     expected = _expected_shapes(model)
     missing = sorted(set(expected) - set(tensors))

@@ -15,7 +15,7 @@ from safetensors import SafetensorError, safe_open
 
 from specdec.errors import InvalidParameterError, ModelIntegrityError, ModelNotFoundError
 from specdec.models.config import ModelConfig
-from specdec.models.transformer import Transformer
+from specdec.models.transformer import Transformer, on_meta
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
 
@@ -140,7 +140,7 @@ def build_transformer(
     device: torch.device | str = "cpu",
 ) -> Transformer:
     """Instantiate without allocating random weights, then adopt the checkpoint's tensors."""
-    with torch.device("meta"):
+    with on_meta():
         model = Transformer(cfg)
     state = {
         k: v.to(device=device, dtype=dtype) for k, v in native_state_dict(hf_state, cfg).items()

@@ -24,7 +24,7 @@ from specdec.models.loading import (
     native_tensors,
     torch_dtype,
 )
-from specdec.models.transformer import Transformer
+from specdec.models.transformer import Transformer, on_meta
 from specdec.paths import cache_root
 
 # Native names of the layers a quantizing load quantizes (the others load as they are).
@@ -94,7 +94,7 @@ def load_quantized(
     cfg = ModelConfig.from_dir(path)
     torch_type = torch_dtype(dtype)
     hf = LazySafetensors(path)
-    with torch.device("meta"):
+    with on_meta():
         model = Transformer(cfg)
     if cfg.tie_word_embeddings:  # the head is quantized as its own copy
         model.lm_head = type(model.lm_head)(

@@ -32,7 +32,7 @@ import torch
 
 from specdec.kernels.quant import Int4Linear, Q4Weights
 from specdec.models.config import ModelConfig
-from specdec.models.transformer import Transformer
+from specdec.models.transformer import Transformer, on_meta
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class ModelStore:
 
         with safe_open(str(self.file), framework="pt") as f:
             tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
-        with torch.device("meta"):
+        with on_meta():
             model = Transformer(cfg)
         head = type(model.lm_head)  # its own tensor even where the checkpoint ties it
         model.lm_head = head(cfg.hidden_size, cfg.vocab_size, bias=False, device="meta")

@@ -13,6 +13,7 @@ matmul each (fewer, larger kernels: decoding here is memory-bound and overhead-s
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -198,6 +199,20 @@ class DecoderLayer(nn.Module):
             self.input_layernorm(x), cos, sin, k_cache, v_cache, write, span, mask
         )
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+@contextmanager
+def on_meta() -> Iterator[None]:
+    """Build modules with meta tensors and no initialisation, for a loader that assigns every
+    weight. Why: a random init on meta tensors (`normal_`) imports torch's compiler stack the
+    first time, 3-5 s of every process's load on a Zen 3."""
+    saved = nn.Embedding.reset_parameters, nn.Linear.reset_parameters
+    nn.Embedding.reset_parameters = nn.Linear.reset_parameters = lambda self: None
+    try:
+        with torch.device("meta"):
+            yield
+    finally:
+        nn.Embedding.reset_parameters, nn.Linear.reset_parameters = saved
 
 
 class Transformer(nn.Module):

@@ -3,6 +3,7 @@ sane (not their values: tiny models on a shared CPU time nothing useful), and a 
 into the same folder resumes instead of measuring again."""
 
 import json
+import os
 
 import pytest
 
@@ -72,6 +73,7 @@ def test_files_and_fields(bench_out):
         assert row["tokens_per_s"] > 0 and row["generated_tokens"] > 0
         assert row["speedup"] > 0 and row["cost_per_million_tokens"] > 0
         assert row["requests"] == 2
+        assert row["peak_rss_mb"] > 50  # this process, its models loaded, while it ran
         # The threads' arithmetic when the point finished (None with one thread).
         assert row["threads_scaling"] is None or row["threads_scaling"] > 0
         if row["method"] == "plain":
@@ -424,3 +426,20 @@ def test_edits_workload_edits_the_same_files_in_turn():
     assert [(p.workload, p.prompt_len, p.window) for p in points] == [
         ("edits", None, None), ("edits", None, "auto"), ("edits", None, 16), ("edits", None, 8)
     ]  # fmt: skip
+
+
+def test_a_methods_peak_is_read_apart_from_earlier_ones():
+    """After a reset the peak is today's RSS, not an earlier method's larger one."""
+    import torch
+
+    from specdec.bench.memory import peak_rss_bytes, reset_peak
+
+    big = torch.ones(300 * 2**20, dtype=torch.uint8)  # 300 MB, touched
+    high = peak_rss_bytes()
+    del big
+    reset_peak()
+    after = peak_rss_bytes()
+    assert high > 300e6
+    if os.path.exists("/proc/self/clear_refs"):  # Linux: the reset takes
+        assert after < high - 200e6
+
