@@ -103,7 +103,7 @@ def predicted_plan(layer: Linear, isa: str | None = None) -> dict[int, str]:
     """{bucket: kernel} for `layer` by the rules of `isa` (this machine's by default):
     the class's choice where the layer offers it, else the first it offers of `FALLBACK`,
     else its first candidate."""
-    offered = list(layer.kernels())
+    offered = list(layer.candidates())
     kind = _kind(layer)
     first = rules(isa).get(kind, {})
     plan = {}
@@ -116,7 +116,7 @@ def predicted_plan(layer: Linear, isa: str | None = None) -> dict[int, str]:
 def certain(layer: Linear) -> bool:
     """Whether `layer` has one candidate, so its plan needs no timing (an int4 layer where
     the native kernel builds)."""
-    return len(layer.kernels()) == 1
+    return len(layer.candidates()) == 1
 
 
 def predicted_panels(layouts: list[tuple[int, int]], isa: str | None = None) -> tuple[int, int]:
