@@ -92,10 +92,12 @@ def test_a_verify_pass_scores_each_token_as_one_token_steps_do(shape, k):
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_each_row_of_a_batch_scores_as_the_row_alone(shape):
+@pytest.mark.parametrize("threads", [1, 2])  # the products and attention split by threads
+def test_each_row_of_a_batch_scores_as_the_row_alone(shape, threads):
     """Three prompts of different lengths prefilled in one ragged pass, then two verify-
     shaped passes of 4 tokens and a one-token step: each row's logits bitwise those of
     the same prompt and tokens alone."""
+    torch.set_num_threads(threads)  # the suite's fixture sets 1 again for the next test
     model = bf16_model(shape)
     prompts = [PROMPT, PROMPT[3:10], PROMPT[5:18]]
     follow = [[list(range(b, b + 4)), list(range(b + 4, b + 8)), [b + 8]] for b in (40, 50, 60)]
