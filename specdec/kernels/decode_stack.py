@@ -16,7 +16,10 @@ the layers' own plan runs the step through the native kernel (`q4_native` or
 `native_bf16`; without a plan, int4 steps of up to `PACKED_MAX_ROWS` rows). That takes in
 prefills too where the plan gives a prefill's rows to the native kernel (the int4 1.5B on a
 Zen 3: its products run in row blocks, its attention skips the keys a causal mask hides);
-everything else takes the eager layers. `SPECDEC_FUSED=0` turns it off (for comparisons).
+everything else takes the eager layers. A bf16 stack in the batch-invariant mode (the
+default, `kernels.invariance`) takes every pass, prefills included, untimed: its result
+for a row does not depend on the rows beside it, where the eager layers' does.
+`SPECDEC_FUSED=0` turns it off (for comparisons; bf16 passes are then not invariant).
 
 Why whole passes: each projection's plan is the kernel fastest for that projection alone,
 which leaves out the ~40 ops per layer the stack saves. On the 2-core EPYC the oneDNN
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.kernels import kernel_plans, native, tuning, tuning_budget
+from specdec.kernels import invariance, kernel_plans, native, tuning, tuning_budget
 from specdec.kernels.linear import STACK_BUCKETS, Linear, bucket_of
 from specdec.kernels.quant import PACKED_MAX_ROWS, Int4Linear, _q4_bias
 
@@ -54,6 +57,9 @@ class DecodeStack:
         # bucket -> whether the stack was timed faster than the eager layers (`tune_stack`)
         self.measured: dict[int, bool] = {}
         self.forced: bool | None = None  # while `tune_stack` times one way
+        # bf16 in the batch-invariant mode (`kernels.invariance`): every pass runs here,
+        # whatever its rows, so no row's result depends on the rows beside it
+        self.invariant = self._kernel == "native_bf16" and invariance.enabled()
         self._stack = native_stack(
             [_layer_tensors(layer) for layer in model.layers],
             cfg.num_heads,
@@ -74,6 +80,8 @@ class DecodeStack:
         """Whether a step of `rows` new tokens in all should run here."""
         if self.forced is not None:
             return self.forced
+        if self.invariant:
+            return True
         bucket = bucket_of(rows)
         if bucket in self.measured:
             return self.measured[bucket]
@@ -176,6 +184,8 @@ def tune_stack(model: Transformer, *, cache=None, retune: bool = False) -> dict 
     stack = model.decode_stack
     if stack is None:
         return None
+    if stack.invariant:  # every pass runs in the stack: nothing to choose
+        return {"plan": {str(b): "stack" for b in STACK_BUCKETS}, "invariant": True}
     cache = cache or tuning.kernel_cache()
     key = stack_key(model)
     stored = {} if retune else tuning.stored_entries("stacks", cache=cache)
@@ -209,7 +219,7 @@ def _stack_pending(entry: dict | None, panels) -> bool:
 def pending(model: Transformer, *, cache=None) -> int:
     """1 where `model`'s stack has not been measured here yet (`tune_stack` would time it)."""
     stack = model.decode_stack
-    if stack is None:
+    if stack is None or stack.invariant:
         return 0
     entry = tuning.stored_entries("stacks", cache=cache).get(stack_key(model))
     return int(_stack_pending(entry, tuning.panels_timed(stack.probe)))

@@ -14,6 +14,9 @@ Where each rule comes from (the archived docs/BENCHMARKS.md, git tag archive/ben
   and 256; a Zen 4 (AVX-512 BF16) and a Xeon with AMX keep the native kernel for
   verify passes (pair panels / AMX tiles: 2-16 rows near one row's cost) and
   oneDNN's prepacked bf16 GEMM for prefills (the Xeon plan's choice at 256 rows).
+  These bf16 rules apply with `SPECDEC_BF16_INVARIANT=0` only: by default a bf16 layer
+  offers the batch-invariant native kernel alone (`Linear.candidates`), and a bf16 stack
+  takes every pass (`kernels.invariance`).
 - bf16 panel layout: pairs of k (`vdpbf16ps`) 1.25-1.58x faster at 5-8 rows on a Zen 4,
   0.77-0.87x on a Xeon with AMX (`tuning.tune_bf16_panels`).
 - int4 tile prefetch: into L1 on the Zen 4 (the level the tiles were written for), into L2
@@ -103,7 +106,7 @@ def predicted_plan(layer: Linear, isa: str | None = None) -> dict[int, str]:
     """{bucket: kernel} for `layer` by the rules of `isa` (this machine's by default):
     the class's choice where the layer offers it, else the first it offers of `FALLBACK`,
     else its first candidate."""
-    offered = list(layer.kernels())
+    offered = list(layer.candidates())
     kind = _kind(layer)
     first = rules(isa).get(kind, {})
     plan = {}
@@ -116,7 +119,7 @@ def predicted_plan(layer: Linear, isa: str | None = None) -> dict[int, str]:
 def certain(layer: Linear) -> bool:
     """Whether `layer` has one candidate, so its plan needs no timing (an int4 layer where
     the native kernel builds)."""
-    return len(layer.kernels()) == 1
+    return len(layer.candidates()) == 1
 
 
 def predicted_panels(layouts: list[tuple[int, int]], isa: str | None = None) -> tuple[int, int]:

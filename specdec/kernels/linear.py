@@ -28,9 +28,11 @@ more for the 1.5B) for no gain over the native kernel.
 
 A candidate is a name in `KERNELS`: a function `(layer, x [rows, in]) -> [rows, out]` plus
 the weight format it needs, prepared once per layer (`prepare`). Every candidate computes
-the same product up to floating-point rounding; none is batch-invariant, which is why a
-bf16 verify pass can round differently from a one-row decode step (fp32 greedy equality
-is unaffected in practice and tested).
+the same product up to floating-point rounding. Only the native kernel is batch-invariant
+(each row's floats the same whatever the rows beside it); a plan mixing kernels across
+buckets rounds a verify pass differently from a one-row step, so in bf16 plans choose
+only it by default (`candidates`, `kernels.invariance`). fp32 plans mix them (greedy
+equality in fp32 is unaffected in practice and tested).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.kernels import native
+from specdec.kernels import invariance, native
 
 # Row-count buckets: a product of `rows` rows uses the choice of the first bucket >= rows.
 # 256 stands for every larger product (prefills), which is compute-bound: there a kernel
@@ -235,6 +237,23 @@ class Linear(nn.Linear):
         """The candidates for this layer (subclasses with other weight formats add theirs)."""
         return {n: k for n, k in KERNELS.items() if k.applies(self)}
 
+    def invariant(self) -> bool:
+        """Whether this layer computes only with the batch-invariant native bf16 kernel: a
+        bf16 `Linear` the native kernel takes, in the batch-invariant mode
+        (`kernels.invariance`). Quantized subclasses have their own kernels."""
+        return (
+            type(self) is Linear
+            and self.weight.dtype == torch.bfloat16
+            and invariance.enabled()
+            and _native_applies(self)
+        )
+
+    def candidates(self) -> dict[str, Kernel]:
+        """The kernels a plan may choose among (`tuning`, `kernel_plans`): every one this
+        layer offers, or only the batch-invariant native kernel (`invariant`)."""
+        kernels = self.kernels()
+        return {"native_bf16": kernels["native_bf16"]} if self.invariant() else kernels
+
     def stored_bytes(self) -> int:
         """Bytes of the most compact weight format this layer holds (what a decode step
         streams when its fastest kernel reads that format)."""
@@ -260,6 +279,9 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [..., in] -> [..., out]
         rows = x.numel() // x.shape[-1]
         route = self._route.get(bucket_of(rows)) if self._route else None
+        if route is None and x.device.type == "cpu" and self.invariant():
+            # untuned: the invariant kernel all the same, in the layout the layer holds
+            route = _native_bf16, self.formats.get("native_bf16")
         if route is None or x.device.type != "cpu":
             return self.default(x)
         run, fmt = route

@@ -70,7 +70,8 @@ def group_key(layer: Linear) -> str:
     n, k = layer.weight.shape
     bias = "bias" if layer.bias is not None else "nobias"
     tiles = " tiles" if getattr(layer, "tiles", torch.empty(0)).numel() else ""
-    return f"{type(layer).__name__} {n}x{k} {str(layer.weight.dtype)[6:]} {bias}{tiles}"
+    invariant = " invariant" if layer.invariant() else ""  # one candidate: its own entry
+    return f"{type(layer).__name__} {n}x{k} {str(layer.weight.dtype)[6:]} {bias}{tiles}{invariant}"
 
 
 def _groups(model: nn.Module) -> dict[str, list[Linear]]:
@@ -124,7 +125,7 @@ def measure_group(layers: list[Linear]) -> dict:
 
     Candidates are prepared one at a time and a format that leads no bucket is dropped at
     once, so memory holds at most the leaders' formats plus the one being timed."""
-    names = list(layers[0].kernels())
+    names = list(layers[0].candidates())
     size = layers[0].stored_bytes()
     layers = layers[: max(1, -(-SWEEP_BYTES // size))]
 
@@ -245,7 +246,7 @@ def predicted_group(layers: list[Linear]) -> dict:
     return {
         "plan": {str(b): name for b, name in plan.items()},
         "predicted": True,
-        "candidates": sorted(layers[0].kernels()),
+        "candidates": sorted(layers[0].candidates()),
         "panels": panels_timed(layers[0]),
     }
 
@@ -253,7 +254,7 @@ def predicted_group(layers: list[Linear]) -> dict:
 def _predicted_stale(entry: dict, layers: list[Linear]) -> bool:
     """Whether a predicted entry no longer fits this build (other candidates or panels)."""
     return (
-        entry.get("candidates") != sorted(layers[0].kernels())
+        entry.get("candidates") != sorted(layers[0].candidates())
         or entry.get("panels") != panels_timed(layers[0])
         or set(entry["plan"]) != {str(b) for b in BUCKETS}
     )
@@ -280,7 +281,7 @@ def _stale(entry: dict | None, layers: list[Linear]) -> bool:
         return True
     if entry.get("panels") != panels_timed(layers[0]):  # timed in another panel layout
         return True
-    return set(entry["seconds"][str(BUCKETS[0])]) != set(layers[0].kernels())
+    return set(entry["seconds"][str(BUCKETS[0])]) != set(layers[0].candidates())
 
 
 def stored_entries(name: str, *, cache: Path | None = None) -> dict:

@@ -259,7 +259,10 @@ def test_bf16_stack_is_batch_invariant():
     assert torch.equal(at_once[0], torch.cat(one_by_one, dim=1))
 
 
-def test_bf16_stack_takes_the_steps_its_plan_gives_the_bf16_kernel():
+def test_bf16_stack_takes_the_steps_its_plan_gives_the_bf16_kernel(monkeypatch):
+    """In the tuned mode (`SPECDEC_BF16_INVARIANT=0`); by default a bf16 stack takes every
+    pass (tests/unit/test_batch_invariance.py)."""
+    monkeypatch.setenv("SPECDEC_BF16_INVARIANT", "0")
     model = _bf16()
     stack = model.decode_stack
     assert stack.takes(1) and stack.takes(16) and not stack.takes(17)
@@ -267,6 +270,9 @@ def test_bf16_stack_takes_the_steps_its_plan_gives_the_bf16_kernel():
         if isinstance(module, Linear):
             module.use({})
     assert not stack.takes(1)  # untuned bf16 layers stay eager
+    monkeypatch.delenv("SPECDEC_BF16_INVARIANT")
+    invariant = _bf16().decode_stack
+    assert invariant.takes(1) and invariant.takes(17) and invariant.takes(2048)
 
 
 def test_bf16_stack_reads_every_panel_layout_of_the_build(monkeypatch):
@@ -330,9 +336,11 @@ def test_stack_only_for_all_int4_or_bf16_cpu_models():
 def test_whole_passes_decide_where_the_stack_runs(tmp_path, monkeypatch):
     """`tune_stack` times whole passes both ways per bucket and the stack takes the
     buckets it won, over what the projections' plans say; the choice is stored per
-    machine and model shape, and read back without timing again."""
+    machine and model shape, and read back without timing again (in the tuned mode: a
+    batch-invariant bf16 stack takes every pass untimed)."""
     from specdec.kernels import decode_stack as ds
 
+    monkeypatch.setenv("SPECDEC_BF16_INVARIANT", "0")
     model = _bf16()
     stack = model.decode_stack
     cache = tmp_path / "kernels.json"

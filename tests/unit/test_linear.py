@@ -260,6 +260,9 @@ def test_the_bf16_panel_layout_is_timed_once_per_machine_and_repacks(
     if native.bf16_gemv() is None:
         pytest.skip("no native kernel on this machine")
     monkeypatch.setattr(native, "_panel_layout", None)
+    # The tuned mode, where bf16 plans are timed among several kernels (by default the one
+    # batch-invariant kernel is taken untimed: `kernels.invariance`).
+    monkeypatch.setenv("SPECDEC_BF16_INVARIANT", "0")
     model = _model()
     # A kernel plan remembers the layout it was timed in, and one timed in another is stale.
     entries = tuning.tune_kernels(model, cache=tmp_path / "plans.json")
