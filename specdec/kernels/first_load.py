@@ -15,6 +15,7 @@ import sys
 from tqdm import tqdm
 
 from specdec.kernels import native, tuning, tuning_budget
+from specdec.kernels.linear import drop_unread_rows
 
 
 def build_native() -> None:
@@ -62,6 +63,8 @@ def tune_model(model, label: str) -> None:
         tuning.tune_kernels(model)
         decode_stack.tune_stack(model)  # where the native stack beats the eager layers
         tuning.time_certain_groups(model)  # for the cost model, budget permitting
+        if drop_unread_rows(model):  # bf16 projections that compute from panels alone
+            with_decode_stack(model)  # the stack let go of the rows too
     finally:
         tuning_budget.close()
 

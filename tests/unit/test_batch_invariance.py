@@ -165,3 +165,39 @@ def test_bf16_plans_choose_only_the_invariant_kernel_and_can_be_turned_off(monke
     monkeypatch.setenv("SPECDEC_BF16_INVARIANT", "0")
     assert not layer.invariant() and len(layer.candidates()) > 1
     assert not bf16_model("tiny").decode_stack.takes(300)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_dropping_the_rows_after_packing_keeps_every_logit_and_frees_a_copy(shape):
+    """A bf16 model's decoder projections compute from their panels alone: with their rows
+    dropped, a prefill, a verify pass and a step give the same logits bitwise, the model
+    holds one copy fewer of them, and packing anything from the dropped rows is refused."""
+    from specdec.kernels.linear import drop_unread_rows
+    from specdec.kernels.quant import with_decode_stack
+    from specdec.models.footprint import resident_bytes
+
+    model = bf16_model(shape)
+    for module in model.modules():  # the panels a tuned load packs
+        if isinstance(module, Linear) and module.invariant():
+            module.prepare("native_bf16")
+    passes = [
+        (torch.tensor([PROMPT]), torch.tensor([len(PROMPT)])),
+        (torch.arange(30, 35)[None], torch.tensor([5])),
+        (torch.tensor([[7]]), torch.tensor([1])),
+    ]
+    before, held = _logits(model, model.new_cache(1, 64), passes), resident_bytes(model)
+    freed = drop_unread_rows(model)
+    with_decode_stack(model)
+    projections = [m for layer in model.layers for m in layer.modules() if type(m) is Linear]
+    assert freed == sum(m.weight.numel() * 2 for m in projections) > 0
+    assert all(m.rows_dropped() for m in projections) and not model.lm_head.rows_dropped()
+    assert resident_bytes(model) <= held - freed + 4096
+    after = _logits(model, model.new_cache(1, 64), passes)
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    layer = projections[0]
+    with torch.inference_mode():  # untuned calls too: the panels, never the placeholder
+        x = torch.randn(3, layer.in_features).bfloat16()
+        assert torch.equal(layer.default(x), layer(x))
+    assert list(layer.kernels()) == ["native_bf16"]
+    with pytest.raises(RuntimeError, match="dropped"):
+        layer.prepare("fp32_panels")

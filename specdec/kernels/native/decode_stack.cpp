@@ -86,7 +86,11 @@ struct Projection {  // one int4 layer (the buffers of quant.Int4Linear) or one 
 // panel layout, which the product then reads, or an empty tensor).
 Projection projection(const std::vector<at::Tensor>& t, size_t at) {
   if (t[at].scalar_type() == at::kBFloat16) {
-    Projection p{{}, {}, {}, {}, {}, t[at + 5].contiguous(), t[at].contiguous(), t[at + 6].contiguous(), 0, 0, 0};
+    // With panels the weight gives its shape only (it may be a zero-stride placeholder once
+    // its rows are dropped: Linear.drop_rows), so it is not made contiguous.
+    const bool panels = t[at + 6].numel() > 0;
+    Projection p{{}, {}, {}, {}, {}, t[at + 5].contiguous(), panels ? t[at] : t[at].contiguous(),
+                 t[at + 6].contiguous(), 0, 0, 0};
     TORCH_CHECK(p.w.dim() == 2 && p.w.size(1) % 8 == 0, "bf16 weight: [N, K], K % 8 == 0");
     TORCH_CHECK(p.bias.numel() == 0 || p.bias.scalar_type() == at::kFloat, "bias: fp32 or empty");
     p.N = p.w.size(0);
