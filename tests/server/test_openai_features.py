@@ -255,6 +255,55 @@ def test_forced_tool_calls_parse_and_validate(client, choice, names):
     assert answers[0].message.tool_calls[0].function == answers[1].message.tool_calls[0].function
 
 
+def streamed_tool_answer(client, speculate: bool, **kwargs):
+    """(content, [(id, name, arguments)], finish_reason, chunks) of a streamed answer, put
+    together from OpenAI's delta shape as a client does."""
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    args = dict(model=MODEL, messages=messages, max_tokens=120, temperature=0) | kwargs
+    content, calls, finish, chunks = None, {}, None, 0
+    for chunk in client.chat.completions.create(**args, stream=True, **spec(speculate)):
+        (choice,) = chunk.choices
+        chunks += 1
+        delta = choice.delta
+        if delta.content:
+            content = (content or "") + delta.content
+        for part in delta.tool_calls or ():
+            if part.index not in calls:  # the first fragment: id, type and name
+                assert part.id.startswith("call_") and part.type == "function"
+                calls[part.index] = [part.id, part.function.name, ""]
+            else:
+                assert part.id is None and part.function.name is None
+            calls[part.index][2] += part.function.arguments or ""
+        finish = choice.finish_reason or finish
+    return content, [tuple(calls[i]) for i in sorted(calls)], finish, chunks
+
+
+@pytest.mark.parametrize(
+    "choice",
+    ["required", {"type": "function", "function": {"name": "get_weather"}}],
+    ids=["required", "named"],
+)
+def test_streamed_tool_calls_equal_the_whole_answer(client, choice):
+    whole = tool_answer(client, True, tools=[WEATHER, TIME], tool_choice=choice)
+    (call,) = whole.message.tool_calls
+    for on in SPECULATE:
+        content, calls, finish, chunks = streamed_tool_answer(
+            client, on, tools=[WEATHER, TIME], tool_choice=choice
+        )
+        assert content is None and finish == "tool_calls"
+        ((_, name, arguments),) = calls
+        assert (name, arguments) == (call.function.name, call.function.arguments)
+        assert chunks > 4 or arguments == "{}"  # the arguments arrive in pieces
+        json.loads(arguments)
+
+
+def test_streamed_auto_tools_text_equals_the_whole_answer(client):
+    whole = tool_answer(client, True, tools=[WEATHER], max_tokens=12)
+    for on in SPECULATE:
+        content, calls, finish, _ = streamed_tool_answer(client, on, tools=[WEATHER], max_tokens=12)
+        assert (content, calls, finish) == (whole.message.content, [], "length")
+
+
 def test_auto_tools_answer_in_text_unless_the_model_calls(client):
     answer = tool_answer(client, True, tools=[WEATHER], max_tokens=12)  # a random model
     assert answer.message.tool_calls is None and answer.finish_reason == "length"
@@ -284,7 +333,6 @@ TOOLS_BAD = [
         "not a tool",
     ),
     ({"tool_choice": "required"}, "tool_choice needs tools"),
-    ({"tools": [WEATHER], "stream": True}, "streaming with tools"),
     ({"tools": [WEATHER, WEATHER]}, "distinct"),
     (
         {
