@@ -170,6 +170,7 @@ def test_json_object_answer_is_an_object(client):
 
 
 OK = {"model": MODEL, "prompt": "hello", "max_tokens": 4}
+UNCOMPILABLE = {"type": "string", "pattern": "(?<=a)b"}  # look-behind: no regex engine has it
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 BAD = [
     ("/v1/completions", {**OK, "logprobs": 21}, "logprobs"),
@@ -189,6 +190,31 @@ BAD = [
         },
         "does not compile",
     ),
+    (
+        "/v1/chat/completions",
+        {
+            **CHAT,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": UNCOMPILABLE}},
+        },
+        "does not compile",
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            **CHAT,
+            "stream": True,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"schema": {"$ref": "#/nowhere"}},
+            },
+        },
+        "does not compile",
+    ),
+    ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+    ("/v1/completions", {**OK, "logit_bias": {"5": -100.5}}, "logit_bias"),
+    ("/v1/completions", {**OK, "logit_bias": {"-3": 1}}, "token ids"),
+    ("/v1/completions", {**OK, "logit_bias": {str(2**70): 1}}, "outside the vocabulary"),
+    ("/v1/chat/completions", {**CHAT, "logit_bias": {"97": 1}, "stream": True}, "vocabulary"),
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema"}}, "json_schema"),
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "yaml"}}, "response_format"),
 ]
@@ -327,6 +353,21 @@ def test_a_conversation_with_earlier_calls_and_results(client):
     assert out.choices[0].message.content is not None
 
 
+def test_bad_requests_lose_no_request_in_flight(server, client):
+    """A stream in progress while bad requests come and go ends as it would alone."""
+    alone, _ = completion(client, True, True, max_tokens=200)
+    stream = client.completions.create(
+        model=MODEL, prompt="def f(x):", max_tokens=200, temperature=0, stream=True
+    )
+    text = ""
+    for i, chunk in enumerate(stream):
+        text += chunk.choices[0].text if chunk.choices else ""
+        if i < len(BAD):
+            url, body, _ = BAD[i]
+            assert httpx.post(server.url + url, json=body, timeout=30).status_code == 400
+    assert text == alone
+
+
 TOOLS_BAD = [
     (
         {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
@@ -338,6 +379,14 @@ TOOLS_BAD = [
         {
             "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}],
             "tool_choice": "required",
+        },
+        "does not compile",
+    ),
+    (
+        {
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": UNCOMPILABLE}}],
+            "tool_choice": "required",
+            "stream": True,
         },
         "does not compile",
     ),
