@@ -258,7 +258,12 @@ class LLM:
             "eagle": self._eagle_drafter,
             "eagle3": self._eagle3_drafter,
         }[spec.kind]
-        return build(spec.value, dtype, device, quant)
+        factory = build(spec.value, dtype, device, quant)
+        if spec.with_suffix:  # suffix+KIND: each row drafts from whichever expects more
+            from specdec.drafters.hybrid import hybrid_factory
+
+            factory = hybrid_factory(self._suffix_drafter(None, dtype, device, quant), factory)
+        return factory
 
     def _ngram_drafter(self, value, dtype: str, device: str, quant: str):
         return lambda max_batch, max_len: NgramDrafter()
