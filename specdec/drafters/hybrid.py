@@ -60,10 +60,13 @@ class HybridDrafter:
         a = self.kept / self.tested
         return sum(a**j for j in range(1, k + 1))
 
-    def _untried(self, kind) -> bool:
-        """A kind of match the target has judged too few drafts of to rate: tried, so its
-        rate is learnt (else a suffix draft rated at the prior would never be taken)."""
-        return self.suffix.store.calibration.tested.get(kind, 0.0) < self.EXPLORE
+    def takes_suffix(self, row: int, kind, expected: float, bar: float) -> bool:
+        """Whether `row` verifies the suffix's draft (`expected` accepted) this step rather
+        than the other drafter's (`bar`). A kind of match the target has judged too few
+        drafts of to rate is tried, so that its rate is learnt (else a suffix draft rated
+        at the prior might never be taken). Must depend only on what came before."""
+        untried = self.suffix.store.calibration.tested.get(kind, 0.0) < self.EXPLORE
+        return expected > bar or untried
 
     def admit(self, histories: Sequence[Sequence[int]]) -> None:
         self.suffix.admit(histories)
@@ -76,7 +79,7 @@ class HybridDrafter:
         self._foreign = {
             row: draft
             for row, (draft, kind, expected) in enumerate(looked)
-            if draft and (expected > bar or self._untried(kind))
+            if draft and self.takes_suffix(row, kind, expected, bar)
         }
         self._other_k = 0 if len(self._foreign) == rows else k
         other = self.other.propose(self._other_k, params, generators)
