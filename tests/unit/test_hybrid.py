@@ -113,3 +113,19 @@ def test_the_other_drafters_acceptance_sets_the_bar():
     drafter.commit(torch.tensor([3]), torch.tensor([1]))
     assert drafter.expected_other(3) > 0.875  # it kept all three
     assert isinstance(drafter.propose(0, [GREEDY], [torch.Generator()]), Draft)
+
+
+def test_llm_builds_the_hybrid_from_its_spelling(tmp_path):
+    from specdec.llm import LLM
+
+    from tiny_server import save_tiny
+
+    target, draft = save_tiny(tmp_path / "t", 0), save_tiny(tmp_path / "d", 1)
+    prompts = ["def f(x):", "def f(x): return"]
+    params = SamplingParams(temperature=0, max_tokens=24)
+    plain = [c.text for c in LLM(str(target), dtype="fp32").generate(prompts, params)]
+    llm = LLM(str(target), dtype="fp32", draft=f"suffix+model:{draft}", speculate=4)
+    for _ in range(2):  # the second time from a store holding the first
+        assert [c.text for c in llm.generate(prompts, params)] == plain
+    assert llm.suffix_store is not None and llm.suffix_store.past_tokens > 0
+    assert llm.engine._drafter.suffix_rows > 0
