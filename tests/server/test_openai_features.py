@@ -398,3 +398,20 @@ def test_bad_tools_are_400s(server, extra, text):
     response = httpx.post(server.url + "/v1/chat/completions", json={**CHAT, **extra}, timeout=30)
     assert response.status_code == 400, response.text
     assert text in response.json()["error"]["message"]
+
+
+def test_streamed_tool_calls_carry_every_tokens_logprobs(client):
+    """Held-back text (a call's name still being written) keeps its tokens' logprobs for
+    the chunk that sends it: the stream carries the whole answer's entries."""
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    args = dict(tools=[WEATHER], tool_choice=choice, logprobs=True, top_logprobs=2)
+    whole = tool_answer(client, True, **args)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    entries = []
+    for chunk in client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=120, temperature=0, stream=True, **args
+    ):
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            entries += chunk.choices[0].logprobs.content
+    assert [e.token for e in entries] == [e.token for e in whole.logprobs.content]
+    assert close([e.logprob for e in entries], [e.logprob for e in whole.logprobs.content])
