@@ -37,12 +37,14 @@ class EngineArgs:
     draft: str | None = _opt(
         None,
         "the drafter: ngram | suffix | model:NAME | heads:DIR | eagle:DIR | eagle3:DIR (a bare "
-        "model name or heads directory works too)",
+        "model name or heads directory works too); suffix+model:NAME (or suffix+heads:DIR, "
+        "...) combines suffix decoding with that drafter, each row drafting from whichever "
+        "expects more tokens accepted",
     )
     suffix_tokens: int = _opt(
         DEFAULT_STORE_TOKENS,
-        "with --draft suffix: tokens of past requests kept to draft from (oldest evicted "
-        "first; at most 4,194,304)",
+        "with --draft suffix or suffix+...: tokens of past requests kept to draft from "
+        "(oldest evicted first; at most 4,194,304)",
         type=int,
     )
     speculate: int | str | None = _opt(
@@ -170,6 +172,11 @@ class EngineArgs:
             check(self.tp == 1, "learning while serving runs with --tp 1 only")
             check(heads, "--learn needs a speculator directory as --draft")
         check(self.tree is None or heads, "--tree needs speculator heads as --draft")
+        hybrid = spec is not None and spec.with_suffix
+        check(not (hybrid and self.tree is not None), "--tree drafts trees; a suffix+ hybrid "
+              "drafts chains: drop --tree or the suffix+")  # fmt: skip
+        check(not (hybrid and self.learn), "--learn trains heads on their own drafts; a "
+              "suffix+ hybrid drafts some rows from the suffix store: drop one")  # fmt: skip
         check(self.n_candidates is None or self.n_candidates >= 1,
               f"n_candidates must be >= 1, got {self.n_candidates}")  # fmt: skip
         check(0 <= self.suffix_tokens <= MAX_STORE_TOKENS, "the suffix store's budget must be "

@@ -75,7 +75,9 @@ class LLM:
         a model name / path sharing
         the target's tokenizer, or a directory of speculator heads trained for this target
         (`specdec train-speculator`; their config.json says "mlp_speculator"), or of an
-        eagle head (one layer over the target's states; "specdec_eagle").
+        eagle head (one layer over the target's states; "specdec_eagle"). "suffix+model:NAME"
+        (or suffix+heads:DIR, ...) combines suffix decoding with that drafter, each row
+        drafting from whichever expects more accepted (`specdec.drafters.hybrid`).
     speculate: tokens drafted per step (int, 0 = off) or "auto" (chosen each step from the
         measured acceptance and costs, up to `k_max`). Defaults to "auto" with a drafter.
     acceptor: "rejection" (lossless, default), "greedy" (lossless for greedy requests),
@@ -266,7 +268,12 @@ class LLM:
             "eagle": self._eagle_drafter,
             "eagle3": self._eagle3_drafter,
         }[spec.kind]
-        return build(spec.value, dtype, device, quant)
+        factory = build(spec.value, dtype, device, quant)
+        if spec.with_suffix:  # suffix+KIND: each row drafts from whichever expects more
+            from specdec.drafters.hybrid import hybrid_factory
+
+            factory = hybrid_factory(self._suffix_drafter(None, dtype, device, quant), factory)
+        return factory
 
     def _ngram_drafter(self, value, dtype: str, device: str, quant: str):
         return lambda max_batch, max_len: NgramDrafter()

@@ -295,6 +295,22 @@ class DraftModelDrafter:
             if self.context is not None:
                 self.context.add(row, self._draft[row, :n].tolist() + [nxt])
 
+    def commit_foreign(self, num_accepted, next_tokens, foreign: dict[int, list[int]]) -> None:
+        """`commit`, where the rows in `foreign` (row -> its draft tokens) verified another
+        drafter's draft this step (`drafters.hybrid`): the cache keeps none of this
+        drafter's own drafts for them, and their accepted tokens queue as pending, fed at
+        the next step that drafts (a catch-up pass when there are many)."""
+        accepted = num_accepted.cpu().clone()
+        for row in foreign:
+            accepted[row] = 0
+        self.commit(accepted, next_tokens)
+        for row, tokens in foreign.items():
+            taken = tokens[: int(num_accepted[row])]
+            nxt = self.pending[row].pop()
+            self.pending[row].extend([*taken, nxt])
+            if self.context is not None:
+                self.context.add(row, taken)
+
     def move_row(self, src: int, dst: int) -> None:
         if self._cache is not None:
             self._cache.move_row(src, dst)

@@ -1,6 +1,8 @@
 """What a `draft` argument names: one parse, at construction, into a kind and its value.
 
-Kinds: `ngram` (prompt lookup), `suffix` (suffix decoding over this and past requests),
+Kinds: `ngram` (prompt lookup), `suffix` (suffix decoding over this and past requests;
+`suffix+model:NAME`, `suffix+heads:DIR`, `suffix+eagle:DIR`, `suffix+eagle3:DIR` combine it
+with that drafter, each row drafting from whichever expects more accepted, `hybrid.py`),
 `model:NAME` (a draft model: registry name, HF directory or .gguf file sharing the target's
 tokenizer), `heads:DIR` (MLP speculator heads), `eagle:DIR` (an eagle head) and `eagle3:DIR` (an
 EAGLE-3 head in vLLM's layout). A bare word
@@ -8,9 +10,11 @@ still works: `ngram`, a heads directory (its config.json says which kind) or a m
 a bare word that could mean two kinds is an error that names the spellings to choose from.
 
     >>> parse_draft("ngram")
-    DraftSpec(kind='ngram', value=None)
+    DraftSpec(kind='ngram', value=None, with_suffix=False)
     >>> parse_draft("model:qwen2.5-coder-0.5b-instruct")
-    DraftSpec(kind='model', value='qwen2.5-coder-0.5b-instruct')
+    DraftSpec(kind='model', value='qwen2.5-coder-0.5b-instruct', with_suffix=False)
+    >>> str(parse_draft("suffix+model:qwen2.5-coder-0.5b-instruct"))
+    'suffix+model:qwen2.5-coder-0.5b-instruct'
 """
 
 from __future__ import annotations
@@ -28,12 +32,16 @@ KINDS = {
     "ngram": False, "suffix": False, "model": True, "heads": True, "eagle": True, "eagle3": True,
 }
 HEAD_KINDS = ("heads", "eagle", "eagle3")  # drafters that read the target's hidden states
+SUFFIX_PLUS = "suffix+"  # `suffix+KIND:VALUE`: suffix decoding combined with that drafter
+PARTNER_KINDS = ("model", *HEAD_KINDS)  # what suffix combines with
 
 
 @dataclass(frozen=True)
 class DraftSpec:
     kind: str
     value: str | None = None
+    # `suffix+KIND:VALUE`: suffix decoding combined with this drafter (`drafters.hybrid`)
+    with_suffix: bool = False
 
     @property
     def reads_states(self) -> bool:
@@ -42,14 +50,40 @@ class DraftSpec:
         return self.kind in HEAD_KINDS
 
     def __str__(self) -> str:
-        return self.kind if self.value is None else f"{self.kind}:{self.value}"
+        own = self.kind if self.value is None else f"{self.kind}:{self.value}"
+        return f"{SUFFIX_PLUS}{own}" if self.with_suffix else own
 
 
 def parse_draft(text: str | None) -> DraftSpec | None:
     """`text` as a DraftSpec (None stays None); errors say which spellings exist."""
     if text is None or text == "":
         return None
-    kind, sep, value = str(text).partition(":")
+    text = str(text)
+    if text.startswith(SUFFIX_PLUS):
+        return _with_suffix(text)
+    if any(part in KINDS for part in text.split("+")[1:]) or text.startswith("ngram+"):
+        raise InvalidParameterError(
+            f"draft {text!r}: combine suffix decoding with a drafter as "
+            f"suffix+model:NAME, suffix+heads:DIR, suffix+eagle:DIR or suffix+eagle3:DIR"
+        )
+    return _parse_one(text)
+
+
+def _with_suffix(text: str) -> DraftSpec:
+    """`suffix+KIND:VALUE` (or `suffix+` a bare model name or heads directory)."""
+    rest = text[len(SUFFIX_PLUS) :]
+    spec = _parse_one(rest) if rest else None
+    if spec is None or spec.kind not in PARTNER_KINDS:
+        raise InvalidParameterError(
+            f"draft {text!r}: suffix combines with a drafter that has a distribution, "
+            f"one of {', '.join(k + ':...' for k in PARTNER_KINDS)} (e.g. "
+            f"suffix+model:qwen2.5-coder-0.5b-instruct)"
+        )
+    return DraftSpec(spec.kind, spec.value, with_suffix=True)
+
+
+def _parse_one(text: str) -> DraftSpec:
+    kind, sep, value = text.partition(":")
     if sep and kind in KINDS:
         if not KINDS[kind]:
             raise InvalidParameterError(f"draft kind {kind!r} takes no value, got {text!r}")

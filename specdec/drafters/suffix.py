@@ -211,13 +211,21 @@ def _common_suffix(seq: list[int], end: int, context: list[int], most: int) -> i
 def continuation(
     found: list[tuple[list[int], int]], limit: int, min_prob: float, rate: float = 1.0
 ) -> list[int]:
+    """The draft of `weighed_continuation` (see there)."""
+    return weighed_continuation(found, limit, min_prob, rate)[0]
+
+
+def weighed_continuation(
+    found: list[tuple[list[int], int]], limit: int, min_prob: float, rate: float = 1.0
+) -> tuple[list[int], float]:
     """The likeliest continuation of the matched occurrences, at most `limit` tokens: at
     each position the token most of the occurrences still on the path agree on, while
     the product of those shares, each times `rate` (the chance the target keeps a drafted
     token of such a match), stays >= min_prob. An occurrence whose segment ends (a live
-    request's own latest tokens) leaves the vote."""
+    request's own latest tokens) leaves the vote. Also returns the draft's expected accepted
+    length, the sum of those products (the chance each position is reached and kept)."""
     draft: list[int] = []
-    prob, active = 1.0, found
+    prob, active, expected = 1.0, found, 0.0
     for j in range(limit):
         votes: dict[int, int] = {}
         for seq, p in active:
@@ -230,9 +238,10 @@ def continuation(
         if prob < min_prob:
             break
         draft.append(token)
+        expected += prob
         if len(votes) > 1 or len(active) > votes[token]:
             active = [(seq, p) for seq, p in active if p + j < len(seq) and seq[p + j] == token]
-    return draft
+    return draft, expected
 
 
 class SuffixDrafter:
@@ -286,15 +295,28 @@ class SuffixDrafter:
 
     def _lookup(self, row: int, k: int) -> tuple[list[int], tuple[int, bool] | None]:
         """The draft and its kind of match (None where nothing is drafted)."""
+        draft, kind, _ = self.weighed_lookup(row, k)
+        return draft, kind
+
+    def weighed_lookup(self, row: int, k: int) -> tuple[list[int], tuple[int, bool] | None, float]:
+        """(draft, kind of match or None, expected accepted length): the length is the
+        match's frequency-adapted one (`weighed_continuation`), what a hybrid compares
+        with its other drafter's."""
         if k <= 0:
-            return [], None
+            return [], None, 0.0
         length, found = self.store.match(self.tokens(row))
         if length < self.min_match:
-            return [], None
+            return [], None, 0.0
         kind = Calibration.kind(length, len(found))
         rate = self.store.calibration.rate(kind) if self.calibrated else 1.0
-        draft = continuation(found, min(k, int(self.alpha * length)), self.min_prob, rate)
-        return draft, kind if draft else None
+        limit = min(k, int(self.alpha * length))
+        draft, expected = weighed_continuation(found, limit, self.min_prob, rate)
+        return draft, kind if draft else None, expected
+
+    def drafted(self, drafts: list[list[int]], kinds: list[tuple[int, bool] | None]) -> None:
+        """What each row really drafted this step (a hybrid's other drafter drafted some):
+        `commit` adds the kept ones to the store and calibrates on this drafter's own."""
+        self._last, self._kinds = drafts, kinds
 
     def propose(self, k, params, generators) -> Draft:
         if k < 0:

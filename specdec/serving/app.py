@@ -37,7 +37,7 @@ from specdec.serving.protocol import (
     usage,
 )
 from specdec.serving.provenance import ProvenanceTracker
-from specdec.serving.tools import tool_calls
+from specdec.serving.tool_stream import ToolCallParser, merged_calls
 from specdec.stats import SpecStats
 from specdec.tokenization import encode_chat
 
@@ -284,8 +284,6 @@ def build_app(
     async def chat_completions(req: ChatCompletionRequest, request: Request):
         check_request(req)
         functions = req.functions
-        if functions and req.stream:
-            raise APIError(400, "streaming with tools is not supported yet", param="stream")
         messages = [m.for_template() for m in req.messages]
         try:
             prompt = encode_chat(tokenizer, messages, [_tool(f) for f in functions] or None)
@@ -295,17 +293,30 @@ def build_app(
         handles, events = submit(items, new_id("chatcmpl"))
         rid, created = handles[0].request_id, now()
 
-        def chunk(index: int, text: str, finish: str | None) -> dict:
-            delta = {"content": text} if text or finish is None else {}
+        names = {f["name"] for f in functions}
+        parsers = [ToolCallParser(names, req.forced_tool) for _ in handles] if names else None
+
+        def chunk(index: int, text: str, finish: str | None) -> dict | None:
+            if parsers is None:
+                delta = {"content": text} if text or finish is None else {}
+            else:  # tool calls read out as the text comes: None while nothing is decided
+                parser = parsers[index]
+                delta = parser.feed(text)
+                if finish is not None:
+                    delta = _joined(delta, parser.finish())
+                    finish = "tool_calls" if parser.called else finish
+                elif not delta:
+                    return None
+            return with_delta(index, delta, finish)
+
+        def with_delta(index: int, delta: dict, finish: str | None) -> dict:
             choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
             return _envelope(rid, "chat.completion.chunk", created, model_name, [choice])
 
         if req.stream:
 
             def opening(i):  # the role comes first, in its own chunk
-                body = chunk(i, "", None)
-                body["choices"][0]["delta"] = {"role": "assistant", "content": ""}
-                return body
+                return with_delta(i, {"role": "assistant", "content": ""}, None)
 
             chat_logprobs = (lambda i, entries: formatter.chat(entries)) if req.logprobs else None
             body = _stream(
@@ -333,9 +344,12 @@ def build_app(
             for i, c in enumerate(done)
         ]
         for choice, c in zip(choices, done, strict=True):
-            calls = tool_calls(c.text, functions, req.forced_tool) if functions else None
+            if not names:
+                continue
+            content, calls = merged_calls(ToolCallParser(names, req.forced_tool), c.text)
+            choice["message"]["content"] = content if calls is None else content or None
             if calls is not None:
-                choice["message"] = {"role": "assistant", "content": None, "tool_calls": calls}
+                choice["message"]["tool_calls"] = calls
                 choice["finish_reason"] = "tool_calls"
         body = _envelope(rid, "chat.completion", created, model_name, choices)
         body["usage"] = _usage([prompt], req.n, done, heads())
@@ -347,6 +361,16 @@ def build_app(
 def _tool(function: dict) -> dict:
     """A function definition as chat templates take tools."""
     return {"type": "function", "function": function}
+
+
+def _joined(first: dict, second: dict) -> dict:
+    """Two chat deltas as one (content added up, tool-call fragments side by side)."""
+    out = dict(first)
+    if "content" in second:
+        out["content"] = out.get("content", "") + second["content"]
+    if "tool_calls" in second:
+        out["tool_calls"] = out.get("tool_calls", []) + second["tool_calls"]
+    return out
 
 
 def _completion_prompts(prompt, tokenizer) -> list[list[int]]:
@@ -406,7 +430,7 @@ async def _stream(
     handles: list[RequestHandle],
     events: asyncio.Queue,
     tokenizer,
-    chunk: Callable[[int, str, str | None], dict],
+    chunk: Callable[[int, str, str | None], dict | None],
     req,
     prompts: list[list[int]],
     echo: Callable[[int], str] | None,
@@ -422,9 +446,11 @@ async def _stream(
     detoks = [IncrementalDetokenizer(tokenizer, h.params.stop) for h in handles]
     traces = [ProvenanceTracker(tokenizer) for _ in handles] if req.include_speculation else None
     unsent: list[list] = [[] for _ in handles]  # logprob entries not yet in a chunk
+    held = ["" for _ in handles]  # text whose chunk `chunk` held back (None), per choice
 
     def with_tokens(body: dict, index: int, text: str, final: bool = False) -> dict:
         """The chunk with its tokens' provenance and logprobs, when asked for."""
+        text, held[index] = held[index] + text, ""
         if traces is not None:
             records = traces[index].records(text, final)
             body["choices"][0]["speculation"] = {"tokens": records}
@@ -451,15 +477,20 @@ async def _stream(
             unsent[i].extend(event.logprobs or ())
             if event.completion is None:
                 text = detok.delta(event.token_ids)
-                if text:
-                    yield _data(with_tokens(chunk(i, text, None), i, text))
+                if text and (body := chunk(i, text, None)) is not None:
+                    yield _data(with_tokens(body, i, text))
+                elif text:
+                    held[i] += text
                 continue
             finished[i] = event.completion
             handles[i].done = True
             text = detok.finish(event.token_ids)
-            if text:
-                yield _data(with_tokens(chunk(i, text, None), i, text, final=True))
+            if text and (body := chunk(i, text, None)) is not None:
+                yield _data(with_tokens(body, i, text, final=True))
                 yield _data(chunk(i, "", _finish(event.completion)))
+            elif text:
+                held[i] += text
+                yield _data(with_tokens(chunk(i, "", _finish(event.completion)), i, "", True))
             else:  # tokens with no text left (EOS, a cut stop string) ride on the last chunk
                 yield _data(with_tokens(chunk(i, "", _finish(event.completion)), i, "", True))
         else:

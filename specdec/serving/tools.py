@@ -11,12 +11,9 @@ what their templates teach) are read out of the text; "none" leaves the answer a
 from __future__ import annotations
 
 import json
-import re
-import uuid
 
 from specdec.params import Grammar
-
-CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+from specdec.serving.tool_stream import ToolCallParser, merged_calls
 
 
 def call_schema(functions: list[dict]) -> dict:
@@ -48,26 +45,10 @@ def tool_grammar(functions: list[dict], choice) -> Grammar | None:
 
 def tool_calls(text: str, functions: list[dict], forced: bool) -> list[dict] | None:
     """OpenAI's `tool_calls` read from an answer: the whole text when the call was forced,
-    else each `<tool_call>` block naming a known function; None when there are none."""
-    names = {f["name"] for f in functions}
-    blocks = [text] if forced else CALL.findall(text)
-    calls = []
-    for block in blocks:
-        try:
-            call = json.loads(block)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(call, dict) or call.get("name") not in names:
-            continue
-        arguments = call.get("arguments", call.get("parameters", {}))
-        calls.append(
-            {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": call["name"], "arguments": json.dumps(arguments)},
-            }
-        )
-    return calls or None
+    else each `<tool_call>` block naming a known function; None when there are none.
+    (`tool_stream.ToolCallParser` reads them, so streamed calls read the same.)"""
+    parser = ToolCallParser({f["name"] for f in functions}, forced)
+    return merged_calls(parser, text)[1]
 
 
 def template_message(message: dict) -> dict:

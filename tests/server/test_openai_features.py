@@ -170,6 +170,7 @@ def test_json_object_answer_is_an_object(client):
 
 
 OK = {"model": MODEL, "prompt": "hello", "max_tokens": 4}
+UNCOMPILABLE = {"type": "string", "pattern": "(?<=a)b"}  # look-behind: no regex engine has it
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 BAD = [
     ("/v1/completions", {**OK, "logprobs": 21}, "logprobs"),
@@ -189,6 +190,31 @@ BAD = [
         },
         "does not compile",
     ),
+    (
+        "/v1/chat/completions",
+        {
+            **CHAT,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": UNCOMPILABLE}},
+        },
+        "does not compile",
+    ),
+    (
+        "/v1/chat/completions",
+        {
+            **CHAT,
+            "stream": True,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"schema": {"$ref": "#/nowhere"}},
+            },
+        },
+        "does not compile",
+    ),
+    ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+    ("/v1/completions", {**OK, "logit_bias": {"5": -100.5}}, "logit_bias"),
+    ("/v1/completions", {**OK, "logit_bias": {"-3": 1}}, "token ids"),
+    ("/v1/completions", {**OK, "logit_bias": {str(2**70): 1}}, "outside the vocabulary"),
+    ("/v1/chat/completions", {**CHAT, "logit_bias": {"97": 1}, "stream": True}, "vocabulary"),
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "json_schema"}}, "json_schema"),
     ("/v1/chat/completions", {**CHAT, "response_format": {"type": "yaml"}}, "response_format"),
 ]
@@ -255,6 +281,55 @@ def test_forced_tool_calls_parse_and_validate(client, choice, names):
     assert answers[0].message.tool_calls[0].function == answers[1].message.tool_calls[0].function
 
 
+def streamed_tool_answer(client, speculate: bool, **kwargs):
+    """(content, [(id, name, arguments)], finish_reason, chunks) of a streamed answer, put
+    together from OpenAI's delta shape as a client does."""
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    args = dict(model=MODEL, messages=messages, max_tokens=120, temperature=0) | kwargs
+    content, calls, finish, chunks = None, {}, None, 0
+    for chunk in client.chat.completions.create(**args, stream=True, **spec(speculate)):
+        (choice,) = chunk.choices
+        chunks += 1
+        delta = choice.delta
+        if delta.content:
+            content = (content or "") + delta.content
+        for part in delta.tool_calls or ():
+            if part.index not in calls:  # the first fragment: id, type and name
+                assert part.id.startswith("call_") and part.type == "function"
+                calls[part.index] = [part.id, part.function.name, ""]
+            else:
+                assert part.id is None and part.function.name is None
+            calls[part.index][2] += part.function.arguments or ""
+        finish = choice.finish_reason or finish
+    return content, [tuple(calls[i]) for i in sorted(calls)], finish, chunks
+
+
+@pytest.mark.parametrize(
+    "choice",
+    ["required", {"type": "function", "function": {"name": "get_weather"}}],
+    ids=["required", "named"],
+)
+def test_streamed_tool_calls_equal_the_whole_answer(client, choice):
+    whole = tool_answer(client, True, tools=[WEATHER, TIME], tool_choice=choice)
+    (call,) = whole.message.tool_calls
+    for on in SPECULATE:
+        content, calls, finish, chunks = streamed_tool_answer(
+            client, on, tools=[WEATHER, TIME], tool_choice=choice
+        )
+        assert content is None and finish == "tool_calls"
+        ((_, name, arguments),) = calls
+        assert (name, arguments) == (call.function.name, call.function.arguments)
+        assert chunks > 4 or arguments == "{}"  # the arguments arrive in pieces
+        json.loads(arguments)
+
+
+def test_streamed_auto_tools_text_equals_the_whole_answer(client):
+    whole = tool_answer(client, True, tools=[WEATHER], max_tokens=12)
+    for on in SPECULATE:
+        content, calls, finish, _ = streamed_tool_answer(client, on, tools=[WEATHER], max_tokens=12)
+        assert (content, calls, finish) == (whole.message.content, [], "length")
+
+
 def test_auto_tools_answer_in_text_unless_the_model_calls(client):
     answer = tool_answer(client, True, tools=[WEATHER], max_tokens=12)  # a random model
     assert answer.message.tool_calls is None and answer.finish_reason == "length"
@@ -278,18 +353,40 @@ def test_a_conversation_with_earlier_calls_and_results(client):
     assert out.choices[0].message.content is not None
 
 
+def test_bad_requests_lose_no_request_in_flight(server, client):
+    """A stream in progress while bad requests come and go ends as it would alone."""
+    alone, _ = completion(client, True, True, max_tokens=200)
+    stream = client.completions.create(
+        model=MODEL, prompt="def f(x):", max_tokens=200, temperature=0, stream=True
+    )
+    text = ""
+    for i, chunk in enumerate(stream):
+        text += chunk.choices[0].text if chunk.choices else ""
+        if i < len(BAD):
+            url, body, _ = BAD[i]
+            assert httpx.post(server.url + url, json=body, timeout=30).status_code == 400
+    assert text == alone
+
+
 TOOLS_BAD = [
     (
         {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
         "not a tool",
     ),
     ({"tool_choice": "required"}, "tool_choice needs tools"),
-    ({"tools": [WEATHER], "stream": True}, "streaming with tools"),
     ({"tools": [WEATHER, WEATHER]}, "distinct"),
     (
         {
             "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}],
             "tool_choice": "required",
+        },
+        "does not compile",
+    ),
+    (
+        {
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": UNCOMPILABLE}}],
+            "tool_choice": "required",
+            "stream": True,
         },
         "does not compile",
     ),
@@ -301,3 +398,20 @@ def test_bad_tools_are_400s(server, extra, text):
     response = httpx.post(server.url + "/v1/chat/completions", json={**CHAT, **extra}, timeout=30)
     assert response.status_code == 400, response.text
     assert text in response.json()["error"]["message"]
+
+
+def test_streamed_tool_calls_carry_every_tokens_logprobs(client):
+    """Held-back text (a call's name still being written) keeps its tokens' logprobs for
+    the chunk that sends it: the stream carries the whole answer's entries."""
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    args = dict(tools=[WEATHER], tool_choice=choice, logprobs=True, top_logprobs=2)
+    whole = tool_answer(client, True, **args)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    entries = []
+    for chunk in client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=120, temperature=0, stream=True, **args
+    ):
+        if chunk.choices and chunk.choices[0].logprobs is not None:
+            entries += chunk.choices[0].logprobs.content
+    assert [e.token for e in entries] == [e.token for e in whole.logprobs.content]
+    assert close([e.logprob for e in entries], [e.logprob for e in whole.logprobs.content])

@@ -23,6 +23,7 @@ from scipy.stats import chi2_contingency
 from specdec.acceptors import Draft, RejectionSampler, Verdict
 from specdec.drafters import DraftModelDrafter
 from specdec.drafters.draft_vocab import prune_vocab_head
+from specdec.drafters.hybrid import HybridDrafter
 from specdec.drafters.suffix import SuffixDrafter, SuffixStore
 from specdec.engine import Engine
 from specdec.params import Grammar, SamplingParams
@@ -427,4 +428,68 @@ def test_suffix_drafter_with_a_biased_acceptor_fails(models, tokenizer, plain_co
     )
     value = homogeneity(plain_counts(SUFFIX_CASE), spec)
     print("suffix, biased", f"p = {value:.3g}")
+    assert value < FAIL
+
+
+# ---- suffix decoding combined with a draft model: each row's q from its own drafter -------
+
+HYBRID_CASE = "top-k 3, 4 tokens"
+
+
+class SuffixLeaningHybrid(HybridDrafter):
+    """Takes the suffix's draft wherever it has one on rows whose history has an even
+    length (the real rule leaves the suffix few rows here: its drafts of diverse samples
+    rate low): the choice still depends only on the past, so the output must still be
+    the target's, while both drafters draft many rows, often in the same step."""
+
+    def takes_suffix(self, row, kind, expected, bar) -> bool:
+        return len(self.suffix.tokens(row)) % 2 == 0
+
+
+class ModelQOnSuffixRowsHybrid(SuffixLeaningHybrid):
+    """A wrong hybrid: rows drafted by the suffix keep the draft model's q (the suffix's
+    tokens judged against a distribution that did not draft them), not a one-hot q."""
+
+    def _joined(self, other, rows):
+        joined = super()._joined(other, rows)
+        if joined.probs is not None and other.probs is not None:
+            joined.probs[:, : other.k] = other.probs
+        return joined
+
+
+def hybrid_engine(target, draft, tokenizer, cls=SuffixLeaningHybrid):
+    """k = 3 over one `SuffixStore` for the arm and the noisy draft model; returns the
+    engine and the hybrids it built (to count which drafter drafted)."""
+    store, made = SuffixStore(), []
+
+    def factory(b, n):
+        made.append(cls(SuffixDrafter(store, min_match=1), DraftModelDrafter(draft, 97, 97, b, n)))
+        return made[-1]
+
+    engine = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=MAX_BATCH,
+        drafter_factory=factory,
+        acceptor=RejectionSampler(),
+        window=FixedWindow(3),
+    )
+    return engine, made
+
+
+def test_suffix_hybrid_sampling_matches_plain_sampling(models, tokenizer, plain_counts):
+    engine, made = hybrid_engine(*models, tokenizer)
+    spec = sequences(engine, CASES[HYBRID_CASE], N)
+    value = homogeneity(plain_counts(HYBRID_CASE), spec)
+    suffix_rows, model_rows = sum(h.suffix_rows for h in made), sum(h.other_rows for h in made)
+    print("hybrid", f"p = {value:.3g}", f"acc {spec['acceptance']}", suffix_rows, model_rows)
+    assert value > PASS
+    assert suffix_rows > 1000 and model_rows > 1000  # both drafters drafted many rows
+
+
+def test_suffix_hybrid_with_the_wrong_q_fails(models, tokenizer, plain_counts):
+    engine, _ = hybrid_engine(*models, tokenizer, ModelQOnSuffixRowsHybrid)
+    value = homogeneity(plain_counts(HYBRID_CASE), sequences(engine, CASES[HYBRID_CASE], N))
+    print("hybrid, wrong q", f"p = {value:.3g}")
     assert value < FAIL
