@@ -61,9 +61,11 @@ def test_a_stored_model_equals_the_built_one_and_maps_its_file(model_dir, root, 
 def test_a_corrupt_store_is_rebuilt_with_a_warning(model_dir, root, caplog):
     quant_load.load_stored(model_dir, "fp32")
     (file,) = root.glob("*.safetensors")
+    written = file.stat().st_mtime_ns
     data = bytearray(file.read_bytes())
     data[-100] ^= 0x40  # one flipped bit in a weight: a model that would run, wrongly
     file.write_bytes(bytes(data))
+    os.utime(file, ns=(written, written + 1))  # a write moves the clock (coarse ones too)
     cfg = ModelConfig.from_dir(model_dir)
     assert ModelStore(file).load(cfg, torch.float32) is None
     assert "corrupt" in caplog.text and not file.exists()
@@ -94,3 +96,19 @@ def test_the_store_can_be_turned_off(model_dir, root, monkeypatch):
     model = quant_load.load_model(model_dir, "fp32", "cpu", "int4")
     assert isinstance(model.layers[0].mlp.down_proj, Int4Linear)
     assert not root.exists()
+
+
+def test_an_unchanged_store_is_trusted_and_a_touched_one_read_again(model_dir, root, monkeypatch):
+    """A store whose inode, size and modification time are those last checked is mapped
+    without reading it again; any change sends it through the checksums."""
+    quant_load.load_stored(model_dir, "fp32")
+    (file,) = root.glob("*.safetensors")
+    cfg = ModelConfig.from_dir(model_dir)
+    reads = []
+    real = store._checksums
+    monkeypatch.setattr(store, "_checksums", lambda *a: reads.append(1) or real(*a))
+    assert ModelStore(file).load(cfg, torch.float32) is not None and not reads
+    os.utime(file, ns=(0, file.stat().st_mtime_ns + 1))
+    assert ModelStore(file).load(cfg, torch.float32) is not None and len(reads) == 1
+    assert ModelStore(file).load(cfg, torch.float32) is not None and len(reads) == 1
+
