@@ -55,3 +55,24 @@ def tokenizer():
 def hf_and_native(request):
     hf = hf_tiny(request.param)
     return hf, native_from_hf(hf)
+
+
+@pytest.fixture(scope="module")
+def invariant_native_kernels():
+    """The native bf16 kernels and decode stack on, in the batch-invariant mode (the
+    default), for a module's tests; skipped where they cannot build (test_native_build
+    fails then)."""
+    from specdec.kernels import native
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPECDEC_NATIVE", "1")
+        patch.delenv("SPECDEC_BF16_INVARIANT", raising=False)
+        kernels = native.bf16_gemv, native.decode_stack
+        for kernel in kernels:
+            kernel.cache_clear()
+        if any(kernel() is None for kernel in kernels):
+            pytest.skip("native kernels unavailable (no compiler or AVX2)")
+        yield
+    for kernel in kernels:
+        kernel.cache_clear()
+

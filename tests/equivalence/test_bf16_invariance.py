@@ -10,7 +10,7 @@ import torch
 from specdec.acceptors import GreedyAcceptor
 from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import Engine
-from specdec.kernels import kernel_plans, native
+from specdec.kernels import kernel_plans
 from specdec.kernels.linear import Linear
 from specdec.kernels.quant import quantize
 from specdec.params import SamplingParams
@@ -30,19 +30,7 @@ PROMPTS += [list(range(2, 40)), [9, 19, 29, 39, 49]]
 TOKENS = 24
 
 
-@pytest.fixture(scope="module", autouse=True)
-def native_kernels():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECDEC_NATIVE", "1")
-        patch.delenv("SPECDEC_BF16_INVARIANT", raising=False)
-        kernels = native.bf16_gemv, native.decode_stack
-        for kernel in kernels:
-            kernel.cache_clear()
-        if any(kernel() is None for kernel in kernels):  # test_native_build fails then
-            pytest.skip("native kernels unavailable (no compiler or AVX2)")
-        yield
-    for kernel in kernels:
-        kernel.cache_clear()
+pytestmark = pytest.mark.usefixtures("invariant_native_kernels")
 
 
 def bf16(seed, **shape):

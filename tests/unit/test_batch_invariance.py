@@ -18,20 +18,7 @@ from specdec.kernels.quant import quantize
 
 from tiny import hf_tiny, native_from_hf
 
-
-@pytest.fixture(scope="module", autouse=True)
-def native_kernels():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECDEC_NATIVE", "1")
-        patch.delenv("SPECDEC_BF16_INVARIANT", raising=False)
-        kernels = native.bf16_gemv, native.decode_stack
-        for kernel in kernels:
-            kernel.cache_clear()
-        if any(kernel() is None for kernel in kernels):  # test_native_build fails then
-            pytest.skip("native kernels unavailable (no compiler or AVX2)")
-        yield
-    for kernel in kernels:
-        kernel.cache_clear()
+pytestmark = pytest.mark.usefixtures("invariant_native_kernels")
 
 
 SHAPES = {
