@@ -73,12 +73,10 @@ def load_stored(path: Path, dtype: str, gguf: Path | None = None) -> Transformer
     cfg, torch_type = ModelConfig.from_dir(path), torch_dtype(dtype)
     model = model_store.load(cfg, torch_type)
     if model is None:
-        built = load_quantized(path, dtype, "int4", gguf)
-        model_store.save(built)
-        del built  # read back below: never the built copy and the mapped one at once
-        model = model_store.load(cfg, torch_type)
-    if model is None:  # a disk that refused the store: build again, keep it in memory
         model = load_quantized(path, dtype, "int4", gguf)
+        if model_store.save(model):  # read back: never the built copy and the mapped one
+            del model
+            model = model_store.load(cfg, torch_type) or load_quantized(path, dtype, "int4", gguf)
     return with_decode_stack(model)
 
 

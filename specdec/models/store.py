@@ -90,9 +90,10 @@ class ModelStore:
         self._remove()
         return None
 
-    def save(self, model: Transformer) -> None:
+    def save(self, model: Transformer) -> bool:
         """Write `model`'s tensors, then the sidecar; atomically (a crash leaves no store)
-        and at most a warning where the disk refuses (the next load rebuilds)."""
+        and at most a warning where the disk refuses (the next load rebuilds). Whether the
+        store was written."""
         from safetensors.torch import save_file
 
         tensors, seen = {}, set()
@@ -124,6 +125,8 @@ class ModelStore:
         except OSError as err:
             log.warning("specdec: could not store the model in %s (%s)", self.file, err)
             partial.unlink(missing_ok=True)
+            return False
+        return True
 
     def _check(self, meta: dict) -> str | None:
         if meta.get("version") != VERSION:
