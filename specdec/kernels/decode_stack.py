@@ -45,7 +45,6 @@ if TYPE_CHECKING:  # annotations only: the models are built on these kernels
     from specdec.models.transformer import Transformer
 
 
-
 class DecodeStack:
     """The native stack over a `Transformer`'s layers (it keeps references to the layers'
     int4 buffers or bf16 weights; the norms are copied)."""

@@ -15,7 +15,6 @@ import sys
 from tqdm import tqdm
 
 from specdec.kernels import native, tuning, tuning_budget
-from specdec.kernels.linear import drop_unread_rows
 
 
 def build_native() -> None:
@@ -51,9 +50,7 @@ def tune_model(model, label: str) -> None:
     from specdec.kernels import decode_stack
     from specdec.kernels.quant import with_decode_stack
 
-    tuning_budget.plan_steps(
-        tuning.pending_steps(model) + decode_stack.pending(model), label
-    )
+    tuning_budget.plan_steps(tuning.pending_steps(model) + decode_stack.pending(model), label)
     try:
         tuning.tune_prefetch(model)  # how the tiles stream, before plans are timed
         repacked = tuning.tune_bf16_panels(model)
@@ -63,8 +60,6 @@ def tune_model(model, label: str) -> None:
         tuning.tune_kernels(model)
         decode_stack.tune_stack(model)  # where the native stack beats the eager layers
         tuning.time_certain_groups(model)  # for the cost model, budget permitting
-        if drop_unread_rows(model):  # bf16 projections that compute from panels alone
-            with_decode_stack(model)  # the stack let go of the rows too
     finally:
         tuning_budget.close()
 

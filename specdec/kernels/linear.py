@@ -17,8 +17,10 @@ Memory: two formats are stored copies of the weights, in the same dtype: oneDNN'
 prepacked weights (only where that kernel measures fastest) and the native kernel's panel
 layout (`pack_panels`: 8 outputs a panel in AVX2 builds, 32 in AVX-512 ones; AVX-512 BF16
 ones read those or 16 outputs by pairs of k, whichever `tuning.tune_bf16_panels`
-timed faster here), which the decode stack reads too, so a bf16 model
-holds its weights twice (3.1 GB more for the 1.5B) for products 1.01-1.26x faster than from
+timed faster here), which the decode stack reads too. In the batch-invariant mode (the
+default) a decoder projection keeps its panels alone, its rows dropped as they are packed
+(`drop_unread_rows`); otherwise a bf16 model holds its weights twice (3.1 GB more for the
+1.5B). The panels multiply 1.01-1.26x faster than
 the row layout on a Zen 3 (1-6 rows; 7-8 rows 0.96-1.10x; docs/benchmarks.md) and
 1.14-1.62x on a Zen 4 (1-8 rows); the pair panels multiply 1.6x as fast again
 there, which keeps a 5-8 row verify pass near the memory's pace, and pass 4-8
@@ -45,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.kernels import invariance, native
+from specdec.kernels import invariance, mapped, native
 
 # Row-count buckets: a product of `rows` rows uses the choice of the first bucket >= rows.
 # 256 stands for every larger product (prefills), which is compute-bound: there a kernel
@@ -165,12 +167,20 @@ def pack_panels(weight: torch.Tensor, width: int = 8, kstep: int = 1) -> torch.T
     return panels.reshape(padded // width, n_in // kstep, width * kstep).contiguous()
 
 
+def unpack_panels(panels: torch.Tensor, n_out: int, n_in: int) -> torch.Tensor:
+    """`pack_panels`' inverse: [P, K / kstep, width * kstep] -> [n_out, n_in = K] rows."""
+    n_panels, lines, line = panels.shape
+    kstep = n_in // lines
+    rows = panels.view(n_panels, lines, line // kstep, kstep).transpose(1, 2)
+    return rows.reshape(-1, n_in)[:n_out].contiguous()
+
+
 def _native_pack(layer):
     """The panel layout where the build reads it, else None
     (the row layout: `layer.weight` as it is)."""
     if not native.bf16_panels():
         return None
-    return pack_panels(layer.weight, native.bf16_panel_width(), native.bf16_panel_kstep())
+    return pack_panels(layer.rows(), native.bf16_panel_width(), native.bf16_panel_kstep())
 
 
 def _native_bf16(layer, fmt, x):  # bf16 weights widened in registers (native/bf16_kernel.h)
@@ -222,6 +232,8 @@ class Linear(nn.Linear):
     `weight`, never saved, and exist only on the CPU where they were chosen.
     """
 
+    drop_when_packed = False  # `drop_unread_rows`: nothing reads its rows but its panels
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.plan: dict[int, str] = {}  # bucket -> kernel name
@@ -244,13 +256,35 @@ class Linear(nn.Linear):
         """Free the row-layout weight where nothing reads it any more: an invariant layer
         (`invariant`) with its panels packed computes from them alone (the native kernel
         and the decode stack take the weight's shape only). `weight` becomes a zero-stride
-        placeholder of its shape and dtype. Why: a bf16 model held its projections twice,
-        rows and panels (6.6 GB for the 1.5B where 3.3 do)."""
-        if not (self.invariant() and self.formats.get("native_bf16") is not None):
+        placeholder of its shape and dtype, and the pages of rows read from a mapped
+        checkpoint go back to the OS (`mapped.release`). Why: a bf16 model held its
+        projections twice, rows and panels (6.6 GB for the 1.5B where 3.3 do)."""
+        if self.rows_dropped() or not (
+            self.invariant() and self.formats.get("native_bf16") is not None
+        ):
             return False
         n, k = self.weight.shape
+        mapped.release([self.weight.detach()])
         placeholder = torch.zeros((), dtype=self.weight.dtype).expand(n, k)
         self.weight = nn.Parameter(placeholder, requires_grad=False)
+        return True
+
+    def rows(self) -> torch.Tensor:  # [out, in]
+        """The weight in row layout: `weight`, or where its rows were dropped, unpacked
+        from the panels (a new tensor: for re-packing in another layout)."""
+        if not self.rows_dropped():
+            return self.weight.detach()
+        return unpack_panels(self.formats["native_bf16"], self.out_features, self.in_features)
+
+    def repack_panels(self) -> bool:
+        """Re-pack the panels in the layout in force (`native.set_bf16_panel_layout`) if
+        they are in another; whether they were."""
+        panels = self.formats.get("native_bf16")
+        if panels is None or panels.shape[1] == self.in_features // native.bf16_panel_kstep():
+            return False
+        self.formats["native_bf16"] = _native_pack(self)
+        if self.plan:
+            self.use(self.plan)  # the routes hold the old panels
         return True
 
     def rows_dropped(self) -> bool:
@@ -287,6 +321,8 @@ class Linear(nn.Linear):
         kernel = self.kernels()[name]
         if kernel.prepare is not None and name not in self.formats:
             self.formats[name] = kernel.prepare(self)
+            if self.drop_when_packed:
+                self.drop_rows()
 
     def use(self, plan: dict[int, str]) -> None:
         """Adopt a plan: prepare the formats it names, drop the ones it does not."""
@@ -341,13 +377,16 @@ class Linear(nn.Linear):
 
 
 def drop_unread_rows(model: nn.Module) -> int:
-    """`Linear.drop_rows` for every projection of the decoder layers (not the vocabulary
-    head: heads and a tied embedding read its rows); the bytes freed."""
+    """Have every projection of the decoder layers (not the vocabulary head: heads and a
+    tied embedding read its rows) drop its rows as soon as its panels are packed
+    (`Linear.drop_rows`), and those already packed drop them now; the bytes freed now.
+    Called before a load's tuning packs the panels, so the rows and the panels of the
+    whole model are never resident together (the bf16 1.5B peaked at 8 GB for 3.1 GB)."""
     freed = 0
     for layer in getattr(model, "layers", ()):
         for module in layer.modules():
             if isinstance(module, Linear) and type(module) is Linear:
+                module.drop_when_packed = module.invariant()
                 size = module.weight.numel() * module.weight.element_size()
                 freed += size if module.drop_rows() else 0
     return freed
-

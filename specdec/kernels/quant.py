@@ -34,7 +34,7 @@ from torch import nn
 
 from specdec.errors import InvalidParameterError
 from specdec.kernels import native
-from specdec.kernels.linear import Kernel, Linear
+from specdec.kernels.linear import Kernel, Linear, drop_unread_rows
 
 if TYPE_CHECKING:  # annotations only: the models are built on these kernels
     from specdec.models.transformer import Transformer
@@ -463,9 +463,11 @@ def quantize(
 
 def with_decode_stack(model: Transformer) -> Transformer:
     """`model` with the native decode stack where it applies (int4 or bf16 projections),
-    built from its layers' tensors as they are now (again after `tune_layout` drops tiles)."""
+    built from its layers' tensors as they are now (again after `tune_layout` drops tiles).
+    bf16 projections that compute from panels alone drop their rows as they are packed."""
     from specdec.kernels.decode_stack import DecodeStack  # it imports this module
 
+    drop_unread_rows(model)
     model.decode_stack = DecodeStack.for_model(model)
     return model
 

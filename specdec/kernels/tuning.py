@@ -397,7 +397,7 @@ def measure_bf16_panels(layers: list[Linear]) -> dict:
     from specdec.kernels.linear import pack_panels
 
     packed = {
-        f"{width}x{kstep}": [pack_panels(layer.weight, width, kstep) for layer in layers]
+        f"{width}x{kstep}": [pack_panels(layer.rows(), width, kstep) for layer in layers]
         for width, kstep in native.bf16_panel_layouts()
     }
     held = [layer.formats.get("native_bf16") for layer in layers]
@@ -448,14 +448,14 @@ def use_stored_bf16_panels(*, cache: Path | None = None) -> bool:
 def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: bool = False) -> bool:
     """Pack bf16 weights for the native kernel in the panel layout timed fastest here
     (`native.set_bf16_panel_layout`), from the cache when this machine has timed it
-    before; layers of `model` packed in another layout drop their panels, to be packed
-    again by the next `tune_kernels` or decode stack. One layout per process and machine:
+    before; layers of `model` packed in another layout are packed again in it
+    (`Linear.repack_panels`). One layout per process and machine:
     it is a property of the core's arithmetic, and two layouts of one model would hold its
     weights three times. Timed over the first layers of `model` that hold 2 `SWEEP_BYTES`.
 
     Why measured: in AVX-512 BF16 builds the pair layout (`vdpbf16ps`) passed 5-8 rows
     1.25-1.58x faster than the fp32-FMA panels on a Zen 4 and 0.77-0.87x as fast on a Xeon
-    with AMX (1 row: the same on both). Returns whether panels were dropped (the caller
+    with AMX (1 row: the same on both). Returns whether panels were re-packed (the caller
     rebuilds the model's decode stack, which holds the tensors it was built with)."""
     layers = _native_bf16_layers(model)
     if not layers or len(native.bf16_panel_layouts()) < 2:
@@ -478,14 +478,8 @@ def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: boo
         if stored_entries("bf16_panels", cache=cache).get("layout") is None:
             store(cache, "bf16_panels", {"layout": list(layout), "predicted": True})
         native.set_bf16_panel_layout(layout)
-    dropped = False
-    for layer in layers:
-        panels = layer.formats.get("native_bf16")
-        if panels is not None and panels.shape[1] != layer.in_features // native.bf16_panel_kstep():
-            del layer.formats["native_bf16"]
-            layer.use(layer.plan)  # re-packs in the layout in force where its plan runs it
-            dropped = True
-    return dropped
+    repacked = [layer.repack_panels() for layer in layers]
+    return any(repacked)
 
 
 def _tiled_int4(model: nn.Module) -> list[nn.Module]:

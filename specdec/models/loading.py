@@ -14,6 +14,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from specdec.errors import InvalidParameterError, ModelIntegrityError, ModelNotFoundError
+from specdec.kernels import mapped
 from specdec.models.config import ModelConfig
 from specdec.models.transformer import Transformer, on_meta
 
@@ -63,7 +64,10 @@ def native_tensors(
             yield native, hf[hf_name]
     for native, parts in fused:
         if wanted(native):
-            yield native, torch.cat([hf[h] for h in parts], dim=0)
+            tensors = [hf[h] for h in parts]
+            fused_tensor = torch.cat(tensors, dim=0)
+            mapped.release(tensors)  # the copy is what is read from now on
+            yield native, fused_tensor
 
 
 class LazySafetensors(Mapping):

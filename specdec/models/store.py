@@ -106,9 +106,9 @@ class ModelStore:
         report = getattr(model, "quant_report", None)
         meta = {
             "version": VERSION,
-            "report": None if report is None else {
-                "exact": report.exact, "requantized": report.requantized
-            },
+            "report": None
+            if report is None
+            else {"exact": report.exact, "requantized": report.requantized},
         }
         partial = self.file.with_suffix(f".{os.getpid()}.partial")
         try:

@@ -155,18 +155,18 @@ def test_bf16_plans_choose_only_the_invariant_kernel_and_can_be_turned_off(monke
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_dropping_the_rows_after_packing_keeps_every_logit_and_frees_a_copy(shape):
-    """A bf16 model's decoder projections compute from their panels alone: with their rows
-    dropped, a prefill, a verify pass and a step give the same logits bitwise, the model
-    holds one copy fewer of them, and packing anything from the dropped rows is refused."""
+def test_dropping_the_rows_after_packing_keeps_every_logit_and_frees_a_copy(shape, monkeypatch):
+    """A bf16 model's decoder projections compute from their panels alone: a model built as
+    a load builds it holds no rows beside them (the vocabulary head keeps its own), and a
+    prefill, a verify pass and a step give the logits bitwise that the model with its rows
+    kept gives, in one copy fewer; packing another kernel's format from them is refused."""
+    import specdec.kernels.quant as quant
     from specdec.kernels.linear import drop_unread_rows
-    from specdec.kernels.quant import with_decode_stack
     from specdec.models.footprint import resident_bytes
 
-    model = bf16_model(shape)
-    for module in model.modules():  # the panels a tuned load packs
-        if isinstance(module, Linear) and module.invariant():
-            module.prepare("native_bf16")
+    with monkeypatch.context() as keep:
+        keep.setattr(quant, "drop_unread_rows", lambda model: 0)
+        model = bf16_model(shape)  # rows and panels, as loads kept them
     passes = [
         (torch.tensor([PROMPT]), torch.tensor([len(PROMPT)])),
         (torch.arange(30, 35)[None], torch.tensor([5])),
@@ -174,13 +174,18 @@ def test_dropping_the_rows_after_packing_keeps_every_logit_and_frees_a_copy(shap
     ]
     before, held = _logits(model, model.new_cache(1, 64), passes), resident_bytes(model)
     freed = drop_unread_rows(model)
-    with_decode_stack(model)
+    quant.with_decode_stack(model)
     projections = [m for layer in model.layers for m in layer.modules() if type(m) is Linear]
     assert freed == sum(m.weight.numel() * 2 for m in projections) > 0
     assert all(m.rows_dropped() for m in projections) and not model.lm_head.rows_dropped()
     assert resident_bytes(model) <= held - freed + 4096
     after = _logits(model, model.new_cache(1, 64), passes)
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    built = bf16_model(shape)  # as a load builds it: the rows go as the panels are packed
+    built_projections = [m for layer in built.layers for m in layer.modules() if type(m) is Linear]
+    assert all(m.rows_dropped() for m in built_projections) and not built.lm_head.rows_dropped()
+    rebuilt = _logits(built, built.new_cache(1, 64), passes)
+    assert all(torch.equal(a, b) for a, b in zip(before, rebuilt, strict=True))
     layer = projections[0]
     with torch.inference_mode():  # untuned calls too: the panels, never the placeholder
         x = torch.randn(3, layer.in_features).bfloat16()
@@ -188,3 +193,30 @@ def test_dropping_the_rows_after_packing_keeps_every_logit_and_frees_a_copy(shap
     assert list(layer.kernels()) == ["native_bf16"]
     with pytest.raises(RuntimeError, match="dropped"):
         layer.prepare("fp32_panels")
+
+
+def test_panels_unpack_to_their_rows_and_repack_in_another_layout():
+    """Rows dropped are not lost: `rows()` unpacks them from the panels bit for bit, so a
+    layer re-packs in another layout (a machine that times its layouts after the load)."""
+    from specdec.kernels.linear import unpack_panels
+
+    torch.manual_seed(0)
+    weight = torch.randn(37, 64).bfloat16()  # 37 outputs: a partial last panel
+    for width, kstep in [(8, 1), (16, 2), (32, 1)]:
+        panels = pack_panels(weight, width, kstep)
+        assert torch.equal(unpack_panels(panels, 37, 64), weight)
+    layer = Linear.over(weight.clone())
+    layer.prepare("native_bf16")
+    assert layer.drop_rows() and layer.rows_dropped()
+    assert torch.equal(layer.rows(), weight)
+    layouts = native.bf16_panel_layouts()
+    other = next((lay for lay in layouts if lay != native.bf16_panel_layout()), None)
+    if other is None:
+        pytest.skip(f"this build reads one panel layout ({layouts[0]})")
+    was = native.bf16_panel_layout()
+    try:
+        native.set_bf16_panel_layout(other)
+        assert layer.repack_panels()
+        assert torch.equal(layer.formats["native_bf16"], pack_panels(weight, *other))
+    finally:
+        native.set_bf16_panel_layout(was)

@@ -40,15 +40,17 @@ def _int4(kind="qwen2", dtype=torch.float32, seed=0, **overrides):
     return model
 
 
-def _bf16(kind="qwen2", seed=0, **overrides):
-    """A bf16 model whose every projection runs the native bf16 kernel for up to 16 rows (as
-    tuning plans it on a CPU without bf16 arithmetic), so the eager layers and the stack
-    compute their products alike."""
+def _bf16(kind="qwen2", seed=0, native_upto=None, **overrides):
+    """A bf16 model whose every projection runs the native bf16 kernel (as tuning plans it
+    in the batch-invariant mode; its decoder projections keep their panels alone), so the
+    eager layers and the stack compute their products alike; with `native_upto`, only up
+    to that many rows, `linear` beyond (a plan of the tuned mode)."""
     shape = {"hidden_size": 128, "intermediate_size": 256, **overrides}
     model = quantize(native_from_hf(hf_tiny(kind, seed=seed, **shape), torch.bfloat16), "none")
     for module in model.modules():
         if isinstance(module, Linear):
-            module.use({b: "native_bf16" if b <= 16 else "linear" for b in BUCKETS})
+            upto = native_upto or BUCKETS[-1]
+            module.use({b: "native_bf16" if b <= upto else "linear" for b in BUCKETS})
     assert isinstance(model.decode_stack, DecodeStack)
     return model
 
@@ -263,7 +265,7 @@ def test_bf16_stack_takes_the_steps_its_plan_gives_the_bf16_kernel(monkeypatch):
     """In the tuned mode (`SPECDEC_BF16_INVARIANT=0`); by default a bf16 stack takes every
     pass (tests/unit/test_batch_invariance.py)."""
     monkeypatch.setenv("SPECDEC_BF16_INVARIANT", "0")
-    model = _bf16()
+    model = _bf16(native_upto=16)
     stack = model.decode_stack
     assert stack.takes(1) and stack.takes(16) and not stack.takes(17)
     for module in model.modules():
@@ -315,7 +317,7 @@ def test_tuning_the_panel_layout_rebuilds_the_stack_on_the_new_panels(tmp_path, 
     assert native.bf16_panel_layout() == layouts[1] and model.decode_stack is not before
     for module in model.modules():
         if isinstance(module, Linear):
-            module.use({b: "native_bf16" if b <= 16 else "linear" for b in BUCKETS})
+            module.use(dict.fromkeys(BUCKETS, "native_bf16"))
             assert module.formats["native_bf16"].shape[1] == module.in_features // layouts[1][1]
     model.decode_stack.measured = {}  # the plans above decide, not the timed passes
     fused, _ = _run(model, STEPS, True)
@@ -341,7 +343,7 @@ def test_whole_passes_decide_where_the_stack_runs(tmp_path, monkeypatch):
     from specdec.kernels import decode_stack as ds
 
     monkeypatch.setenv("SPECDEC_BF16_INVARIANT", "0")
-    model = _bf16()
+    model = _bf16(native_upto=16)
     stack = model.decode_stack
     cache = tmp_path / "kernels.json"
     ran = []
