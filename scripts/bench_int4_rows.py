@@ -16,7 +16,7 @@ import time
 import torch
 
 from specdec.kernels import native
-from specdec.kernels.quant import Q4Weights
+from specdec.kernels.q4 import Q4Weights
 
 # (out, in) per layer of Qwen2.5-Coder-1.5B: qkv, o, gate/up, down
 SHAPES = [(2048, 1536), (1536, 1536), (17920, 1536), (1536, 8960)]

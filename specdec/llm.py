@@ -50,7 +50,7 @@ from specdec.graphs.static_pass import use_static_passes
 from specdec.heads.eagle import load_eagle
 from specdec.heads.mlp import load_speculator
 from specdec.kernels.first_load import prepare_cpu, tune_layers, tune_model
-from specdec.kernels.quant import quantize
+from specdec.kernels.quantize import quantize
 from specdec.models.quant_load import load_model
 from specdec.models.transformer import Transformer
 from specdec.params import SamplingParams

@@ -14,7 +14,8 @@ import sys
 
 from tqdm import tqdm
 
-from specdec.kernels import native, tuning, tuning_budget
+from specdec.kernels import decode_stack, native, tuning, tuning_budget
+from specdec.kernels.quantize import with_decode_stack
 
 
 def build_native() -> None:
@@ -47,9 +48,6 @@ def prepare_cpu() -> None:
 
 def tune_model(model, label: str) -> None:
     """`llm._tuned`'s steps for a whole `Transformer` (`label`: "the target", ...)."""
-    from specdec.kernels import decode_stack
-    from specdec.kernels.quant import with_decode_stack
-
     tuning_budget.plan_steps(tuning.pending_steps(model) + decode_stack.pending(model), label)
     try:
         tuning.tune_prefetch(model)  # how the tiles stream, before plans are timed

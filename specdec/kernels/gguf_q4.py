@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specdec.kernels.quant import Q4Weights, q4_quantize
+from specdec.kernels.q4 import Q4Weights, q4_quantize
 
 log = logging.getLogger(__name__)
 

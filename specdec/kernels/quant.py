@@ -26,24 +26,21 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from specdec.errors import InvalidParameterError
 from specdec.kernels import native
-from specdec.kernels.linear import Kernel, Linear, drop_unread_rows
+from specdec.kernels.linear import Kernel, Linear
+from specdec.kernels.q4 import GROUP, Q4Weights, q4_quantize
 
 if TYPE_CHECKING:  # annotations only: the models are built on these kernels
-    from specdec.models.transformer import Transformer
+    pass
 
 
 log = logging.getLogger(__name__)
 
-GROUP = 32  # weights per 4-bit group (one scale and minimum)
-SUPER = 256  # weights per super-block (one scale for the group scales, Q4_K's)
 QUANTS = ("none", "int4", "int8")
 # Without a measured plan (an untuned layer), the packed kernels take products of at most
 # this many rows and the dense weights the rest (prefills), as measured on both reference
@@ -77,111 +74,6 @@ class _QuantLinear(Linear):
             return super().default(x)
         out = self.packed(None, x.reshape(rows, x.shape[-1]))
         return out.reshape(*x.shape[:-1], self.out_features)
-
-
-@dataclass(frozen=True)
-class Q4Weights:
-    """4-bit weights in GGUF Q4_K's arrangement (see native/q4_gemv.cpp for the byte layout):
-    w[n, k] = d[n, s] * sc[n, g] * q[n, k] - dmin[n, s] * mn[n, g] for the group g = k // 32
-    and super-block s = k // 256 of input k. Q4_K stores d and dmin in fp16 and sc, mn in 6
-    bits, so a Q4_K tensor maps onto this exactly (`gguf_q4.q4_k_blocks`); weights quantized at
-    load get 8-bit sc and mn."""
-
-    qs: torch.Tensor  # [N, K/2] u8: two 4-bit weights per byte
-    sc: torch.Tensor  # [N, 8 S] u8 group scales (0 past K)
-    mn: torch.Tensor  # [N, 8 S] u8 group minimums
-    d: torch.Tensor  # [N, S] fp32 scale of sc
-    dmin: torch.Tensor  # [N, S] fp32 scale of mn
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.qs.shape[0], self.qs.shape[1] * 2
-
-    def levels(self) -> torch.Tensor:  # [N, K] the 4-bit values q, 0..15
-        n, k = self.shape
-        pairs = self.qs.reshape(n, k // 64, 1, 32)
-        return torch.cat([pairs & 15, pairs >> 4], dim=2).reshape(n, k)
-
-    def tensors(self) -> tuple[torch.Tensor, ...]:  # qs, sc, mn, d, dmin
-        return tuple(getattr(self, f.name) for f in fields(self))
-
-    def rows(self, ids: torch.Tensor) -> Q4Weights:
-        """The blocks of the output rows `ids` only (each row is quantized on its own)."""
-        return Q4Weights(*(t[ids].contiguous() for t in self.tensors()))
-
-    def group_steps(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(d * sc, dmin * mn) [N, K/32] fp32: each group's step and minimum."""
-        groups = self.shape[1] // GROUP
-        step = self.d.repeat_interleave(8, dim=1) * self.sc.float()  # [N, 8 S]
-        low = self.dmin.repeat_interleave(8, dim=1) * self.mn.float()
-        return step[:, :groups], low[:, :groups]
-
-    def dequantize(self) -> torch.Tensor:  # [N, K] fp32
-        n, k = self.shape
-        step, low = self.group_steps()
-        q = self.levels().float().reshape(n, k // GROUP, GROUP)
-        return (step[..., None] * q - low[..., None]).reshape(n, k)
-
-
-def q4_quantize(w: torch.Tensor) -> Q4Weights:
-    """Round `w` [N, K] (K % 64 == 0) to Q4Weights: per group of 32 an asymmetric 16-level
-    grid from min(w, 0) to max(w, 0) (Q4_K's convention: the minimum is never positive),
-    the group scales and minimums themselves in 8 bits per super-block of 256."""
-    n, k = w.shape
-    supers = -(-k // SUPER)
-    padded = torch.zeros(n, supers * SUPER, dtype=torch.float32)
-    padded[:, :k] = w.float()
-    groups = padded.reshape(n, supers, 8, GROUP)
-    low = groups.amin(-1).clamp(max=0)  # [N, S, 8]
-    scale = (groups.amax(-1).clamp(min=0) - low) / 15
-    d, dmin = scale.amax(-1) / 255, (-low).amax(-1) / 255  # [N, S]
-    sc = _ratio(scale, d[..., None]).round().clamp(0, 255)
-    mn = _ratio(-low, dmin[..., None]).round().clamp(0, 255)
-    step, offset = d[..., None] * sc, dmin[..., None] * mn  # [N, S, 8]
-    q = _ratio(groups + offset[..., None], step[..., None]).round().clamp(0, 15)
-    q = q.to(torch.uint8).reshape(n, -1, 2, GROUP)[:, : k // 64]  # 64-weight chunks
-    return Q4Weights(
-        qs=(q[:, :, 0] | (q[:, :, 1] << 4)).reshape(n, k // 2).contiguous(),
-        sc=sc.to(torch.uint8).reshape(n, -1).contiguous(),
-        mn=mn.to(torch.uint8).reshape(n, -1).contiguous(),
-        d=d.contiguous(),
-        dmin=dmin.contiguous(),
-    )
-
-
-def _ratio(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a / b, 0 where b is 0 (an all-zero group or super-block)."""
-    return torch.where(b > 0, a / torch.where(b > 0, b, 1), 0)
-
-
-def q4_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [R, K] fp32 -> (xq [R, S, 256] integers as fp32, dx [R, S]): int8 activations with
-    one scale per super-block, exactly as the native kernel rounds them (zero-padded past K)."""
-    rows, k = x.shape
-    supers = -(-k // SUPER)
-    padded = torch.zeros(rows, supers * SUPER, dtype=torch.float32)
-    padded[:, :k] = x.float()
-    blocks = padded.reshape(rows, supers, SUPER)
-    top = blocks.abs().amax(-1)  # [R, S]
-    inverse = torch.where(top > 0, 127 / torch.where(top > 0, top, 1), 0)
-    return (blocks * inverse[..., None]).round(), top / 127
-
-
-def q4_reference(x: torch.Tensor, weights: Q4Weights) -> torch.Tensor:
-    """What `native.q4_gemv` computes, in float64 PyTorch: x [R, K] fp32 -> [R, N] fp32."""
-    n, k = weights.shape
-    xq, dx = q4_activations(x)
-    supers = xq.shape[1]
-    q = torch.zeros(n, supers * SUPER, dtype=torch.float64)
-    q[:, :k] = weights.levels().double()
-    scaled = (q.reshape(n, -1, GROUP) * weights.sc.double()[..., None]).reshape(n, supers, SUPER)
-    dots = torch.einsum("rsk,nsk->rns", xq.double(), scaled)  # sum over g of sc * (q . xq)
-    sums = xq.double().reshape(xq.shape[0], -1, GROUP).sum(-1)  # [R, G]
-    mins = torch.einsum(
-        "rsg,nsg->rns", sums.reshape(-1, supers, 8), weights.mn.double().reshape(n, supers, 8)
-    )
-    terms = weights.d.double() * dots - weights.dmin.double() * mins  # [R, N, S]
-    return (terms * dx.double()[:, None, :]).sum(-1).float()
 
 
 def _q4_bias(layer) -> torch.Tensor | None:  # the kernel adds an fp32 bias before rounding
@@ -416,61 +308,3 @@ def _quantized(
         return linear
     weights = None if source is None else source.layer(name, linear.weight.detach(), report)
     return Int4Linear(linear, weights, tiles=tiles)
-
-
-def quantize(
-    model: Transformer, kind: str, gguf: Path | None = None, tiles: bool = True
-) -> Transformer:
-    """Replace every projection and the vocabulary head by an int4 or int8 layer, in place
-    ("none" leaves the model as it is).
-
-    CPU only. The embedding table stays as it is (a lookup reads one row per token); a tied
-    head is quantized as its own copy. Layers whose shape the format does not take stay
-    unquantized. With `gguf` (the Q4_K file the model was converted from), int4 layers take
-    the file's 4-bit blocks as they are (`gguf_q4`); `model.quant_report` says which. (A
-    whole int4 model is stored for the next load by `models.store`.) `tiles`:
-    int4 layers also build the native kernel's tile layout (see Int4Linear), which
-    `tuning.tune_layout` keeps where it is timed faster on the machine at hand.
-    """
-    if kind not in QUANTS:
-        raise InvalidParameterError(
-            f"quantization must be one of {', '.join(QUANTS)}, got {kind!r}"
-        )
-    if kind == "none":
-        return with_decode_stack(model)
-    if model.device.type != "cpu":
-        raise InvalidParameterError(f"{kind} quantization is implemented for CPU only")
-    from specdec.kernels.gguf_q4 import GGUFWeights, QuantReport
-
-    source = GGUFWeights(gguf) if gguf is not None and kind == "int4" else None
-    report = QuantReport()
-
-    def swap(module: nn.Module, attr: str, name: str) -> None:
-        layer = _quantized(getattr(module, attr), kind, source, name, report, tiles)
-        setattr(module, attr, layer)
-
-    for i, layer in enumerate(model.layers):
-        swap(layer.self_attn, "qkv_proj", f"layers.{i}.self_attn.qkv_proj")
-        swap(layer.self_attn, "o_proj", f"layers.{i}.self_attn.o_proj")
-        swap(layer.mlp, "gate_up_proj", f"layers.{i}.mlp.gate_up_proj")
-        swap(layer.mlp, "down_proj", f"layers.{i}.mlp.down_proj")
-    swap(model, "lm_head", "lm_head")
-    if source is not None:
-        log.info("specdec: %s: %s", Path(gguf).name, report.summary())
-    model.quant_report = report
-    return with_decode_stack(model)
-
-
-def with_decode_stack(model: Transformer) -> Transformer:
-    """`model` with the native decode stack where it applies (int4 or bf16 projections),
-    built from its layers' tensors as they are now (again after `tune_layout` drops tiles).
-    bf16 projections that compute from panels alone drop their rows as they are packed."""
-    from specdec.kernels.decode_stack import DecodeStack  # it imports this module
-
-    drop_unread_rows(model)
-    model.decode_stack = DecodeStack.for_model(model)
-    return model
-
-
-def quantize_int4(model: Transformer) -> Transformer:
-    return quantize(model, "int4")

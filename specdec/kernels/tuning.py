@@ -33,7 +33,8 @@ import torch
 from torch import nn
 
 from specdec.kernels import kernel_plans, native, tuning_budget
-from specdec.kernels.linear import BUCKETS, KERNELS_VERSION, Linear
+from specdec.kernels.linear import BUCKETS, KERNELS_VERSION, Linear, pack_panels
+from specdec.kernels.quant import Int4Linear
 
 REPEATS = 5
 GIVE_UP = 3.0  # a candidate this many times slower than the best after one sweep is dropped
@@ -394,8 +395,6 @@ def measure_bf16_panels(layers: list[Linear]) -> dict:
     weights in each panel layout the build reads (`_sweep_settings`: the eager native_bf16
     entry, the layouts taking turns), and the layout with the least sum. Packs each layout
     for these layers only, and gives them back the panels they held before."""
-    from specdec.kernels.linear import pack_panels
-
     packed = {
         f"{width}x{kstep}": [pack_panels(layer.rows(), width, kstep) for layer in layers]
         for width, kstep in native.bf16_panel_layouts()
@@ -484,8 +483,6 @@ def tune_bf16_panels(model: nn.Module, *, cache: Path | None = None, retune: boo
 
 def _tiled_int4(model: nn.Module) -> list[nn.Module]:
     """`model`'s CPU int4 layers that hold the tile layout, in model order."""
-    from specdec.kernels.quant import Int4Linear  # quant imports linear, as this module does
-
     return [
         m
         for m in model.modules()

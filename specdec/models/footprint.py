@@ -17,7 +17,7 @@ from specdec.errors import SpecdecError
 from specdec.models.config import ModelConfig
 
 GB = 1e9
-# Bytes a 4-bit weight takes in `quant.Q4Weights`: the nibble, a u8 scale and minimum per
+# Bytes a 4-bit weight takes in `q4.Q4Weights`: the nibble, a u8 scale and minimum per
 # 32 weights, two fp32 per 256.
 INT4_BYTES = 0.5 + 2 / 32 + 8 / 256
 # Python, torch, the tokenizer and the kernels' scratch: measured ~0.45 GB RSS for a process

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specdec.kernels.quant import quantize, with_decode_stack
+from specdec.kernels.quantize import quantize, with_decode_stack
 from specdec.models import footprint, store
 from specdec.models.config import ModelConfig
 from specdec.models.loading import (
@@ -47,11 +47,11 @@ def load_model(
     gguf: Path | None = None,
     what: str = "the model",
 ) -> Transformer:
-    """The model at `path` in `dtype`, quantized (`quant.quantize`), refused up front where
+    """The model at `path` in `dtype`, quantized (`kernels.quantize`), refused up front where
     it would not fit in the memory available (`footprint.check_fits`). A CPU int4 / int8
     model without tensor parallelism streams its weights into the quantized layers
     (`load_quantized`); others load whole and are quantized after. (A tensor-parallel
-    shard: `specdec.distributed.sharding.load_shard`, then `quant.quantize`.)"""
+    shard: `specdec.distributed.sharding.load_shard`, then `kernels.quantize`.)"""
     path = Path(path)
     device = torch.device(device)
     if path.is_dir():

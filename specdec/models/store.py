@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from specdec.kernels.quant import Int4Linear, Q4Weights
+from specdec.kernels.q4 import Q4Weights
+from specdec.kernels.quant import Int4Linear
 from specdec.models.config import ModelConfig
 from specdec.models.transformer import Transformer, on_meta
 

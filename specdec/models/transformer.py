@@ -230,7 +230,7 @@ class Transformer(nn.Module):
         self.register_buffer(
             "inv_freq", torch.tensor(cfg.inv_freq(), dtype=torch.float32), persistent=False
         )
-        # Set by `quant.quantize` where every layer is int4 (or bf16 on a CPU the native bf16
+        # Set by `kernels.quantize` where every layer is int4 (or bf16 on a CPU the native bf16
         # kernel serves): the native stack that runs the layers of small steps in one call
         # (`specdec.kernels.decode_stack`).
         self.decode_stack = None

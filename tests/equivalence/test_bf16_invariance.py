@@ -12,7 +12,7 @@ from specdec.drafters import DraftModelDrafter, NgramDrafter
 from specdec.engine import Engine
 from specdec.kernels import kernel_plans
 from specdec.kernels.linear import Linear
-from specdec.kernels.quant import quantize
+from specdec.kernels.quantize import quantize
 from specdec.params import SamplingParams
 from specdec.window import AdaptiveWindow, FixedWindow
 

@@ -14,7 +14,7 @@ import torch
 
 from specdec.kernels import kernel_plans, native
 from specdec.kernels.linear import Linear, pack_panels
-from specdec.kernels.quant import quantize
+from specdec.kernels.quantize import quantize
 
 from tiny import hf_tiny, native_from_hf
 
@@ -160,7 +160,7 @@ def test_dropping_the_rows_after_packing_keeps_every_logit_and_frees_a_copy(shap
     a load builds it holds no rows beside them (the vocabulary head keeps its own), and a
     prefill, a verify pass and a step give the logits bitwise that the model with its rows
     kept gives, in one copy fewer; packing another kernel's format from them is refused."""
-    import specdec.kernels.quant as quant
+    import specdec.kernels.quantize as quant
     from specdec.kernels.linear import drop_unread_rows
     from specdec.models.footprint import resident_bytes
 

@@ -10,7 +10,7 @@ from specdec.engine import Engine
 from specdec.kernels import native
 from specdec.kernels.decode_stack import DecodeStack
 from specdec.kernels.linear import BUCKETS, Linear
-from specdec.kernels.quant import quantize
+from specdec.kernels.quantize import quantize
 from specdec.params import SamplingParams
 from specdec.window import FixedWindow
 

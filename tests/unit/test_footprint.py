@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from specdec.errors import SpecdecError
-from specdec.kernels.quant import Int4Linear, quantize
+from specdec.kernels.quant import Int4Linear
+from specdec.kernels.quantize import quantize
 from specdec.models import footprint
 from specdec.models.config import ModelConfig
 from specdec.models.loading import load_transformer

@@ -15,7 +15,7 @@ from specdec.engine import Engine
 from specdec.errors import InvalidParameterError
 from specdec.kernels import decode_stack, kernel_plans, tuning, tuning_budget
 from specdec.kernels.linear import BUCKETS, Linear
-from specdec.kernels.quant import quantize
+from specdec.kernels.quantize import quantize
 from specdec.params import SamplingParams
 from tests.tiny import hf_tiny, native_from_hf, tiny_tokenizer
 

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from specdec.errors import InvalidParameterError
-from specdec.kernels.quant import Int4Linear, Int8Linear, _quantized, quantize, quantize_int4
+from specdec.kernels.quant import Int4Linear, Int8Linear, _quantized
+from specdec.kernels.quantize import quantize, quantize_int4
 
 from tiny import hf_tiny, native_from_hf
 
@@ -128,7 +129,7 @@ def test_int4_refuses_non_cpu_models():
 import torch.nn.functional as F  # noqa: E402
 
 from specdec.kernels import native  # noqa: E402
-from specdec.kernels.quant import q4_quantize, q4_reference  # noqa: E402
+from specdec.kernels.q4 import q4_quantize, q4_reference  # noqa: E402
 
 
 @pytest.mark.parametrize("k", [64, 576, 1536])  # 576: a super-block of 256 cut short
@@ -325,7 +326,7 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
     do, and the model's outputs stay those of the same 4-bit weights."""
     from specdec.kernels import tuning
     from specdec.kernels.decode_stack import tune_stack
-    from specdec.kernels.quant import with_decode_stack
+    from specdec.kernels.quantize import with_decode_stack
 
     op, tiles = tile_kernels
     if tiles is None:
@@ -376,7 +377,7 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
 _ISA_OUTPUTS = """
 import sys, torch
 from specdec.kernels import native
-from specdec.kernels.quant import q4_quantize
+from specdec.kernels.q4 import q4_quantize
 torch.manual_seed(0)
 outs = []
 for k in (64, 576, 896, 1536):  # 1, 2 + 1 (cut short), 3.5 and 6 super-blocks

@@ -13,7 +13,7 @@ from specdec.drafters import DraftModelDrafter
 from specdec.engine import Engine
 from specdec.kernels import tuning
 from specdec.kernels.linear import BUCKETS, Linear
-from specdec.kernels.quant import quantize
+from specdec.kernels.quantize import quantize
 from specdec.params import SamplingParams
 from specdec.window import (
     AdaptiveWindow,

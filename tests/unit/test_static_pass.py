@@ -25,7 +25,7 @@ from specdec.graphs.static_pass import (
 )
 from specdec.heads import SpeculatorConfig
 from specdec.heads.mlp import MLPSpeculator
-from specdec.kernels.quant import quantize
+from specdec.kernels.quantize import quantize
 
 from tiny import hf_tiny, native_from_hf
 

@@ -91,7 +91,7 @@ def bf16_panel_kstep() -> int:
 @cache
 def q4_gemv():
     """The compiled `q4_gemv(x [R, K] fp32, qs, sc, mn, d, dmin) -> [R, N] fp32` (the format
-    in q4_gemv.cpp and `quant.Q4Weights`), or None."""
+    in q4_gemv.cpp and `q4.Q4Weights`), or None."""
     module = _module("q4_gemv")
     return None if module is None else module.q4_gemv
 
