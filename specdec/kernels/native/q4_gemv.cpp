@@ -24,7 +24,7 @@
 //
 // Batch-invariant: each row's result is computed by the same operations in the same order
 // whatever the number of rows, so a one-token decode step and a verify pass agree bitwise.
-// The pure-PyTorch equivalent, which the tests compare against, is quant.q4_reference.
+// The pure-PyTorch equivalent, which the tests compare against, is q4.q4_reference.
 
 #include "q4_kernel.h"
 
