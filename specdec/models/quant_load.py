@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specdec.kernels import mapped
 from specdec.kernels.quantize import quantize, with_decode_stack
 from specdec.models import footprint, store
 from specdec.models.config import ModelConfig
@@ -109,9 +110,11 @@ def load_quantized(
         parent = model.get_submodule(parent_name) if parent_name else model
         linear = getattr(parent, attr)
         linear.weight = nn.Parameter(tensor.to(torch_type), requires_grad=False)
-        del tensor
-        setattr(parent, attr, _quantized(linear, kind, source, layer_name, report))
-        del linear  # the dense weight goes with it (a layer the format skips keeps it)
+        quantized = _quantized(linear, kind, source, layer_name, report)
+        if quantized is not linear:  # the checkpoint pages it was read from are not needed
+            mapped.release([tensor])
+        setattr(parent, attr, quantized)
+        del tensor, linear  # the dense weight goes with it (a layer the format skips keeps it)
     model.quant_report = report
     model.inv_freq = torch.tensor(cfg.inv_freq(), dtype=torch.float32)
     meta = [n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
