@@ -82,7 +82,10 @@ def bf16_server(tmp_path_factory):
                 "passes are not batch-invariant without them"
             )
         root = tmp_path_factory.mktemp("wide")
-        models = save_tiny(root / "target", 0, **WIDE), save_tiny(root / "draft", 0, 0.3, **WIDE)
+        models = (
+            save_tiny(root / "target", 0, **WIDE),
+            save_tiny(root / "draft", 0, noise=0.3, **WIDE),
+        )
         args = serve_args(models)
         args[args.index("fp32")] = "bf16"
         srv = Server(*args)
