@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import torch
 
 from tiny import hf_tiny, tiny_tokenizer
 
@@ -23,8 +24,16 @@ CHAT_TEMPLATE = (
 MODEL = "tiny"  # --served-model-name
 
 
-def save_tiny(path: Path, seed: int, **overrides) -> Path:
-    hf_tiny("qwen2", seed=seed, max_position_embeddings=4096, **overrides).save_pretrained(path)
+def save_tiny(path: Path, seed: int, noise: float = 0.0, **overrides) -> Path:
+    """The tiny qwen2 of `seed` with its tokenizer; `noise` > 0 adds noise * std(weight) *
+    N(0, 1) to every weight (a draft that agrees with the model of `seed` on some tokens)."""
+    model = hf_tiny("qwen2", seed=seed, max_position_embeddings=4096, **overrides)
+    if noise:
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * noise * p.std())
+    model.save_pretrained(path)
     tok = tiny_tokenizer()
     tok.chat_template = CHAT_TEMPLATE
     tok.save_pretrained(path)
@@ -60,8 +69,9 @@ class Server:
                     return
             except httpx.HTTPError:
                 time.sleep(0.3)
+        output = self.output()
         self.stop()
-        raise RuntimeError(f"server did not come up: {self.output()}")
+        raise RuntimeError(f"server did not come up: {output}")
 
     def output(self) -> str:
         self.log.flush()

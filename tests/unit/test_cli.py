@@ -389,3 +389,12 @@ def test_generate_with_an_eagle3_head_in_vllms_layout(model_dir, tmp_path, capsy
     code, out, err = _run(capsys, *base, "--draft", str(tmp_path / "eagle3"))
     assert code == 2 and "d2t maps draft id 48 to target id 1048" in err
     assert "Traceback" not in err
+
+
+def test_serve_refuses_an_oversized_suffix_store_before_serving(model_dir, capsys):
+    """The suffix store's bound is a launch option: `serve` asked for more exits with the
+    reason (no traceback, no server); requests cannot size the store."""
+    argv = ["serve", "--model", str(model_dir), "--draft", "suffix", "--port", "1"]
+    code, out, err = _run(capsys, *argv, "--suffix-tokens", str(2**23))
+    assert code == 2 and "budget must be 0..4194304 tokens, got 8388608" in err, err
+    assert "Traceback" not in err and "serving" not in out
