@@ -108,12 +108,15 @@ def ours(target_dir: str, head_dir: str, prompts: list[list[int]], k: int, max_t
     )
 
 
-def make_lens_head(target_dir: str, out: str, draft_vocab: int) -> None:
-    """A check head that needs no training: `fc` passes the highest auxiliary state through
-    (the input of layer L-3), the layer's own blocks are small random ones, and its norm and
-    head are the target's (over the `draft_vocab` lowest ids): a "logit lens" three layers
-    early, which agrees with the target often
-    enough for acceptance lengths to say something, and exercises every tensor."""
+def make_lens_head(
+    target_dir: str, out: str, draft_vocab: int, aux_layers: tuple[int, ...] | None = None
+) -> None:
+    """A check head that needs no training: `fc` passes the last auxiliary state through
+    (by default the input of layer L-3; `aux_layers` names others, written to the config as
+    `eagle_aux_hidden_state_layer_ids`), the layer's own blocks are small random ones, and
+    its norm and head are the target's (over the `draft_vocab` lowest ids): a "logit lens"
+    a few layers early, which agrees with the target often enough for acceptance lengths to
+    say something on some targets, and exercises every tensor."""
     import torch
 
     from specdec.heads.eagle3 import build_eagle3
@@ -123,7 +126,7 @@ def make_lens_head(target_dir: str, out: str, draft_vocab: int) -> None:
     V, H = target.config.vocab_size, target.config.hidden_size
     vocab = torch.arange(min(draft_vocab, V)) if draft_vocab else None
     torch.manual_seed(0)
-    head = build_eagle3(target, vocab, n_predict=3)
+    head = build_eagle3(target, vocab, n_predict=3, aux_layer_ids=aux_layers)
     with torch.no_grad():
         head.fc.weight.zero_()
         head.fc.weight[:, 2 * H :] = torch.eye(H)
@@ -148,12 +151,23 @@ def main() -> None:
         help="first write an untrained check head for --target to DIR and use it as --head",
     )
     parser.add_argument("--draft-vocab", type=int, default=32000, help="the lens head's ids")
+    parser.add_argument(
+        "--lens-layers",
+        metavar="A,B,C",
+        help="the lens head's auxiliary layers (default 2,L//2,L-3); it reads the last",
+    )
     args = parser.parse_args()
     if args.vllm_side:
         vllm_side(args.vllm_side)
         return
     if args.make_lens_head:
-        make_lens_head(args.target, args.make_lens_head, args.draft_vocab)
+        layers = None
+        if args.lens_layers:
+            try:
+                layers = tuple(int(i) for i in args.lens_layers.split(","))
+            except ValueError:
+                parser.error(f"--lens-layers {args.lens_layers!r}: three integers, A,B,C")
+        make_lens_head(args.target, args.make_lens_head, args.draft_vocab, layers)
         args.head = args.make_lens_head
     from specdec.data import sharegpt_prompts
     from specdec.tokenization import load_tokenizer

@@ -147,6 +147,9 @@ class Eagle3Config:
         if data.get("attention_bias") or data.get("mlp_bias"):
             raise ValueError("attention_bias / mlp_bias heads are not supported")
         aux = data.get("eagle_aux_hidden_state_layer_ids") or default_aux_layers(target_layers)
+        # vLLM hands the states over in increasing layer order whatever the list's order
+        # (`_set_aux_hidden_state_layers` sorts), so fc's column blocks follow that order.
+        aux = sorted(aux)
         return cls(
             hidden_size=H,
             intermediate_size=int(data["intermediate_size"]),
@@ -366,12 +369,19 @@ def build_eagle3(
 
 
 def check_aux_layers(ids: tuple[int, ...], num_layers: int) -> None:
-    """Auxiliary layer ids must name layers of the target (0 .. L-1)."""
+    """Auxiliary layer ids must name layers of the target (0 .. L-1), in increasing order:
+    vLLM concatenates the states in that order, so a head built on another order would
+    draft differently there than here."""
     bad = [i for i in ids if not 0 <= i < num_layers]
     if bad:
         raise IncompatibleDraftError(
             f"eagle3 head: eagle_aux_hidden_state_layer_ids {list(ids)} name layers outside "
             f"the target's 0..{num_layers - 1} ({num_layers} layers)"
+        )
+    if list(ids) != sorted(ids):
+        raise IncompatibleDraftError(
+            f"eagle3 head: eagle_aux_hidden_state_layer_ids {list(ids)} must be in increasing "
+            f"order ({sorted(ids)}): vLLM reads the layers' states in that order"
         )
 
 

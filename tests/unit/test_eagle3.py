@@ -302,6 +302,21 @@ def _edit(path, tensors=None, config=None):
         (path / "config.json").write_text(json.dumps(c))
 
 
+def test_layer_ids_in_another_order_mean_vllms_increasing_order(target, tmp_path):
+    # vLLM concatenates the auxiliary states in increasing layer order whatever the config's
+    # list says, so a head listing [3, 0, 2] reads the states in order 0, 2, 3 there and here
+    head = random_head(target)
+    head.save(tmp_path / "h")
+    _edit(tmp_path / "h", config=lambda c: c.update(eagle_aux_hidden_state_layer_ids=[3, 0, 2]))
+    loaded = load_eagle3(tmp_path / "h", target)
+    assert loaded.config.aux_layer_ids == AUX
+    a = torch.randn(1, 5, 192)
+    with torch.no_grad():
+        assert torch.equal(loaded.combine(a), head.combine(a))
+    with pytest.raises(IncompatibleDraftError, match=r"\[3, 0, 2\] must be in increasing"):
+        build_eagle3(target, aux_layer_ids=(3, 0, 2))
+
+
 @pytest.mark.parametrize(
     ("edit", "error", "message"),
     [
