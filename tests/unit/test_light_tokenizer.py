@@ -3,6 +3,7 @@ what `transformers.AutoTokenizer` gives, on tiny tokenizers of each kind it load
 anything else is loaded by AutoTokenizer."""
 
 import json
+import re
 
 import jinja2
 import pytest
@@ -265,3 +266,21 @@ def test_special_tokens_the_file_lacks_are_added_as_special(tmp_path):
     light, _ = assert_same(path, texts=["ab<eos>c", "x <unk> y"])
     assert light("a<eos>")["input_ids"][-1] == 1
     assert light.decode(light("a<eos>")["input_ids"], skip_special_tokens=True) == "a"
+
+
+def test_grammars_over_a_light_tokenizer_get_the_transformers_one(tmp_path):
+    """llguidance reads a transformers tokenizer: the grammar engine is handed the full one,
+    and a regex grammar admits exactly the tokens that keep the text inside it."""
+    from specdec.grammar import GrammarCompiler, allowed
+    from specdec.params import Grammar
+
+    path = save(tmp_path, "grammar", byte_bpe(), "llama", eos_token="<|im_end|>")
+    light = load_tokenizer(path)
+    grammars = GrammarCompiler(light, len(light), frozenset({light.eos_token_id}))
+    matcher = grammars.matcher(Grammar("regex", "ab+"))
+    assert light._hf is not None  # loaded for llguidance
+    mask = allowed(matcher, len(light))
+    ok = {i for i in range(len(light)) if mask[i]}
+    assert ok and all(re.fullmatch("ab*", light.decode([i])) for i in ok)
+    assert light.convert_tokens_to_ids("a") in ok
+    assert light.convert_tokens_to_ids("b") not in ok
