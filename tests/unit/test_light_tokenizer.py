@@ -284,3 +284,22 @@ def test_grammars_over_a_light_tokenizer_get_the_transformers_one(tmp_path):
     assert ok and all(re.fullmatch("ab*", light.decode([i])) for i in ok)
     assert light.convert_tokens_to_ids("a") in ok
     assert light.convert_tokens_to_ids("b") not in ok
+
+
+def test_streamed_text_is_the_same_over_either_tokenizer(tmp_path):
+    """The server's incremental detokenizer (tokenizers' DecodeStream over the backend, stop
+    strings cut) sends the same pieces over a light tokenizer as over AutoTokenizer's."""
+    from specdec.serving.detokenizer import IncrementalDetokenizer
+
+    path = save(tmp_path, "stream", byte_bpe(), "qwen2", eos_token="<|im_end|>")
+    light, hf = (
+        LightTokenizer.from_directory(path),
+        transformers.AutoTokenizer.from_pretrained(path),
+    )
+    ids = hf("naïve café 世界 🙂 done.<|im_end|> the end")["input_ids"]
+    pieces = []
+    for tok in (light, hf):
+        detok = IncrementalDetokenizer(tok, stop=("the e",))
+        pieces.append([detok.delta(ids[: i + 1]) for i in range(len(ids))] + [detok.finish(ids)])
+    assert pieces[0] == pieces[1]
+    assert "".join(pieces[0]) == "naïve café 世界 🙂 done. "
