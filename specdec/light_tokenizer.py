@@ -176,8 +176,10 @@ class LightTokenizer:
             _added_token(v, True) for _, v in sorted(decoder.items(), key=lambda kv: int(kv[0]))
         ]
         named = [v for v in special.values() if v is not None]
-        present = set(backend.get_vocab(with_added_tokens=True))
-        missing = [_added_token(v, True) for v in named if _token_text(v) not in present]
+        # (named tokens neither added tokens already nor listed in the config)
+        added = {t.content for t in backend.get_added_tokens_decoder().values()}
+        added |= {t.content for t in listed}
+        missing = [_added_token(v, True) for v in named if _token_text(v) not in added]
         if listed or missing:
             backend.add_tokens(listed + missing)
         if kind == "qwen2":
