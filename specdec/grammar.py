@@ -43,7 +43,10 @@ class GrammarCompiler:
     def tokenizer(self):
         """llguidance's view of the tokenizer (built at first use)."""
         if self._ll is None:
-            self._ll = _ll_tokenizer(self.hf_tokenizer, self.vocab_size, self.eos_ids)
+            # llguidance reads a transformers tokenizer's internals: a LightTokenizer hands
+            # over the full one (loaded now, at the first grammar).
+            hf = getattr(self.hf_tokenizer, "hf", self.hf_tokenizer)
+            self._ll = _ll_tokenizer(hf, self.vocab_size, self.eos_ids)
         return self._ll
 
     def compile(self, grammar: Grammar) -> str:

@@ -5,12 +5,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import transformers
-
 from specdec.errors import InvalidParameterError, ModelNotFoundError
 
 
-def load_tokenizer(path: str | Path) -> transformers.PreTrainedTokenizerBase:
+def load_tokenizer(path: str | Path):
+    """The tokenizer of a model directory: a `LightTokenizer` over its tokenizer.json where
+    that gives exactly what transformers would (importing transformers and building its
+    tokenizer costs ~5 s of every start), else `transformers.AutoTokenizer`'s."""
+    from specdec.light_tokenizer import LightTokenizer
+
+    try:
+        light = LightTokenizer.from_directory(path)
+    except Exception as err:  # noqa: BLE001 - tokenizers raises bare Exceptions on bad files
+        raise ModelNotFoundError(f"{path}: cannot load a tokenizer ({err})") from err
+    if light is not None:
+        return light
+    import transformers
+
     try:
         return transformers.AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as err:
