@@ -72,13 +72,14 @@ def source_text() -> str:
     return "\n".join(p.read_text() for p in sorted(root.rglob("*.py")))
 
 
-def time_passes(engine, admissions: list[list[tuple[float, float]]]) -> None:
-    """Wrap `engine.admit_steps` so each admission that has requests to admit records the
-    (start, end) of each of its resumes: one prefill pass each (the last also moves the
-    admitted rows in). Runs on the engine thread, as the server's loop calls it."""
-    admit_steps = engine.admit_steps
+def time_steps(engine, admissions: list[list[tuple[float, float]]], decodes: list[float]):
+    """Wrap the engine's `admit_steps` and `decode` (on the engine thread, as the server's
+    loop calls them): each admission with requests to admit records the (start, end) of each
+    of its resumes, one prefill pass each (the last also moves the admitted rows in); each
+    decode step records when it ended, when the live rows' tokens are published."""
+    admit_steps, decode = engine.admit_steps, engine.decode
 
-    def timed():
+    def timed_admission():
         inner, passes = admit_steps(), []
         if engine.waiting:
             admissions.append(passes)
@@ -92,7 +93,12 @@ def time_passes(engine, admissions: list[list[tuple[float, float]]]) -> None:
             passes.append((start, time.perf_counter()))
             yield
 
-    engine.admit_steps = timed
+    def timed_decode():
+        touched = decode()
+        decodes.append(time.perf_counter())
+        return touched
+
+    engine.admit_steps, engine.decode = timed_admission, timed_decode
 
 
 async def consume(events: asyncio.Queue, times: list[float], first: asyncio.Event) -> None:
@@ -115,7 +121,8 @@ async def run_once(llm: LLM, args, shorts, long_ids: list[int] | None) -> dict:
     the baseline, nothing does). Returns the gaps in the window and the passes."""
     engine = llm.engine
     admissions: list[list[tuple[float, float]]] = []
-    time_passes(engine, admissions)
+    decodes: list[float] = []
+    time_steps(engine, admissions, decodes)
     runner = AsyncEngine(engine, ServerMetrics())
     runner.start(asyncio.get_running_loop())
     load_before = os.getloadavg()[0]
@@ -151,7 +158,10 @@ async def run_once(llm: LLM, args, shorts, long_ids: list[int] | None) -> dict:
         gaps = [b - a for t in times for a, b in pairwise(t) if b > arrival and a < end]
         passes = next(p for p in admissions if p[0][0] >= arrival - 1e-3)
         durations = [b - a for a, b in passes]
+        # when the engine published the live rows' tokens, before the event loop saw them
+        engine_gaps = [b - a for a, b in pairwise(decodes) if b > arrival and a < passes[-1][1]]
         result.update(
+            engine_itl=summary(engine_gaps),
             ttft_s=end - arrival,
             passes_s=durations,
             pass_max_s=max(durations),
@@ -160,7 +170,7 @@ async def run_once(llm: LLM, args, shorts, long_ids: list[int] | None) -> dict:
     runner.abort(handles)
     await asyncio.gather(*tasks)
     runner.stop()
-    del engine.admit_steps  # the class's own again
+    del engine.admit_steps, engine.decode  # the class's own again
     result.update(
         itl=summary(gaps),
         window_s=end - arrival,
@@ -222,6 +232,7 @@ def main() -> None:
                 f"{itl['p99_s'] * 1e3:.0f} ms, max {itl['max_s'] * 1e3:.0f} ms over "
                 f"{itl['n']} gaps"
                 + (
+                    f"; engine's own gaps p99 {run['engine_itl']['p99_s'] * 1e3:.0f} ms"
                     f"; passes {[round(p * 1e3) for p in run['passes_s']]} ms, TTFT "
                     f"{run['ttft_s']:.2f} s"
                     if long_ids
@@ -239,6 +250,7 @@ def main() -> None:
             "itl_p50_s": median_of(runs[name], "itl", "p50_s"),
             "itl_p99_s": p99,
             "itl_max_s": median_of(runs[name], "itl", "max_s"),
+            "engine_itl_p99_s": median_of(runs[name], "engine_itl", "p99_s"),
             "pass_max_s": median_of(runs[name], "pass_max_s"),
             "prefill_s": median_of(runs[name], "prefill_s"),
             "ttft_s": median_of(runs[name], "ttft_s"),
