@@ -226,6 +226,9 @@ def main() -> None:
             run = asyncio.run(run_once(llm, args, shorts, long_ids))
             run.update(setting=name, repeat=repeat)
             runs[name].append(run)
+            if args.out:  # so far, in case the run is cut short
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
             itl = run["itl"]
             print(
                 f"{name:8} #{repeat}: ITL p50 {itl['p50_s'] * 1e3:.0f} ms, p99 "
