@@ -72,11 +72,16 @@ def source_text() -> str:
     return "\n".join(p.read_text() for p in sorted(root.rglob("*.py")))
 
 
-def time_steps(engine, admissions: list[list[tuple[float, float]]], decodes: list[float]):
+def time_steps(
+    engine,
+    admissions: list[list[tuple[float, float]]],
+    decodes: list[tuple[float, float]],
+) -> None:
     """Wrap the engine's `admit_steps` and `decode` (on the engine thread, as the server's
     loop calls them): each admission with requests to admit records the (start, end) of each
     of its resumes, one prefill pass each (the last also moves the admitted rows in); each
-    decode step records when it ended, when the live rows' tokens are published."""
+    decode step records its (start, end), its end being when the live rows' tokens are
+    published."""
     admit_steps, decode = engine.admit_steps, engine.decode
 
     def timed_admission():
@@ -94,8 +99,9 @@ def time_steps(engine, admissions: list[list[tuple[float, float]]], decodes: lis
             yield
 
     def timed_decode():
+        start = time.perf_counter()
         touched = decode()
-        decodes.append(time.perf_counter())
+        decodes.append((start, time.perf_counter()))
         return touched
 
     engine.admit_steps, engine.decode = timed_admission, timed_decode
@@ -121,7 +127,7 @@ async def run_once(llm: LLM, args, shorts, long_ids: list[int] | None) -> dict:
     the baseline, nothing does). Returns the gaps in the window and the passes."""
     engine = llm.engine
     admissions: list[list[tuple[float, float]]] = []
-    decodes: list[float] = []
+    decodes: list[tuple[float, float]] = []
     time_steps(engine, admissions, decodes)
     runner = AsyncEngine(engine, ServerMetrics())
     runner.start(asyncio.get_running_loop())
@@ -159,9 +165,15 @@ async def run_once(llm: LLM, args, shorts, long_ids: list[int] | None) -> dict:
         passes = next(p for p in admissions if p[0][0] >= arrival - 1e-3)
         durations = [b - a for a, b in passes]
         # when the engine published the live rows' tokens, before the event loop saw them
-        engine_gaps = [b - a for a, b in pairwise(decodes) if b > arrival and a < passes[-1][1]]
+        closing = [
+            (stop - before, stop - start)  # a gap: one pass, then the decode step closing it
+            for (_, before), (start, stop) in pairwise(decodes)
+            if stop > arrival and before < passes[-1][1]
+        ]
+        engine_gaps, steps = [g for g, _ in closing], [d for _, d in closing]
         result.update(
             engine_itl=summary(engine_gaps),
+            decode_in_window_s=steps,
             ttft_s=end - arrival,
             passes_s=durations,
             pass_max_s=max(durations),
@@ -254,6 +266,9 @@ def main() -> None:
             "itl_p99_s": p99,
             "itl_max_s": median_of(runs[name], "itl", "max_s"),
             "engine_itl_p99_s": median_of(runs[name], "engine_itl", "p99_s"),
+            "decode_in_window_max_s": statistics.median(
+                max(r["decode_in_window_s"]) for r in runs[name]
+            ),
             "pass_max_s": median_of(runs[name], "pass_max_s"),
             "prefill_s": median_of(runs[name], "prefill_s"),
             "ttft_s": median_of(runs[name], "ttft_s"),
