@@ -31,7 +31,8 @@ torch::Tensor bf16_gemv(torch::Tensor x, torch::Tensor w, c10::optional<torch::T
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bf16_gemv", &bf16_gemv, "y = x @ W.T, W bf16 widened in registers (AVX2 + FMA)",
-        pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("panels") = pybind11::none());
+        pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("panels") = pybind11::none(),
+        pybind11::call_guard<pybind11::gil_scoped_release>());
   // The panel layouts the build reads, as (outputs a panel, k of an output in a line), its
   // default first: [(8, 1)] in AVX2 builds, [(32, 1)] in AVX-512, [(16, 2), (32, 1)] in BF16.
   m.attr("LAYOUTS") = bf16::layouts();

@@ -421,5 +421,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("layers"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("eps"))
       .def("run", &DecodeStack::run, "hidden [B, T, H] after every layer (before the final norm)",
            py::arg("x"), py::arg("k_caches"), py::arg("v_caches"), py::arg("first_row"),
-           py::arg("slots"), py::arg("cos"), py::arg("sin"), py::arg("span"), py::arg("mask"));
+           py::arg("slots"), py::arg("cos"), py::arg("sin"), py::arg("span"), py::arg("mask"),
+           py::call_guard<py::gil_scoped_release>());
 }

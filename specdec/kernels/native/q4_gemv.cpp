@@ -87,7 +87,8 @@ torch::Tensor q4_tiles(torch::Tensor qs, torch::Tensor sc, torch::Tensor mn, tor
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("q4_gemv", &q4_gemv, "y = x @ W.T + b, W in Q4_K-style 4 bits, x quantized to int8 (AVX2)",
         py::arg("x"), py::arg("qs"), py::arg("sc"), py::arg("mn"), py::arg("d"), py::arg("dmin"),
-        py::arg("bias") = py::none(), py::arg("tiles") = py::none());
+        py::arg("bias") = py::none(), py::arg("tiles") = py::none(),
+        py::call_guard<py::gil_scoped_release>());
   m.def("q4_tiles", &q4_tiles, "the weights in the tile layout the AVX-512 build reads");
   m.attr("TILES") = q4::TILES;
   m.def("block_rows", &q4::block_rows, "rows of one row block of an R-row product at width K",
