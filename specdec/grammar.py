@@ -14,6 +14,7 @@ and caches its compiled form; `matcher` starts one request's `LLMatcher`.
 from __future__ import annotations
 
 import json
+from copy import copy
 
 import numpy as np
 import torch
@@ -43,10 +44,7 @@ class GrammarCompiler:
     def tokenizer(self):
         """llguidance's view of the tokenizer (built at first use)."""
         if self._ll is None:
-            # llguidance reads a transformers tokenizer's internals: a LightTokenizer hands
-            # over the full one (loaded now, at the first grammar).
-            hf = getattr(self.hf_tokenizer, "hf", self.hf_tokenizer)
-            self._ll = _ll_tokenizer(hf, self.vocab_size, self.eos_ids)
+            self._ll = _ll_tokenizer(self.hf_tokenizer, self.vocab_size, self.eos_ids)
         return self._ll
 
     def compile(self, grammar: Grammar) -> str:
@@ -89,16 +87,22 @@ def allowed(matcher, vocab_size: int) -> torch.Tensor:
 
 
 def _ll_tokenizer(tokenizer, vocab_size: int, eos_ids: list[int]):
-    """llguidance's tokenizer: from the fast tokenizer's own JSON where llguidance reads
-    its decoder (byte-level BPE, SentencePiece), else from each token's decoded bytes (a
-    tokenizer whose tokens decode one by one, as the tests' character-level one)."""
+    """llguidance's tokenizer: from the tokenizer's own JSON (`backend_tokenizer`, a
+    `LightTokenizer`'s or a transformers fast tokenizer's, added tokens included) where
+    llguidance reads its decoder (byte-level BPE, SentencePiece), else from each token's
+    decoded bytes (a tokenizer whose tokens decode one by one, as the tests'
+    character-level one). Not through `llguidance.hf`, which imports transformers."""
     import llguidance
-    import llguidance.hf
 
-    try:
-        return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=eos_ids)
-    except ValueError:
-        pass
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        backend = copy(backend)
+        backend.no_padding()
+        backend.no_truncation()
+        try:
+            return llguidance.LLTokenizer(backend.to_str(), n_vocab=vocab_size, eos_token=eos_ids)
+        except ValueError:
+            pass
     special = set(tokenizer.all_special_ids)
 
     class Table:

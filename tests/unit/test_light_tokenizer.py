@@ -7,6 +7,7 @@ import re
 
 import jinja2
 import pytest
+import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -268,19 +269,22 @@ def test_special_tokens_the_file_lacks_are_added_as_special(tmp_path):
     assert light.decode(light("a<eos>")["input_ids"], skip_special_tokens=True) == "a"
 
 
-def test_grammars_over_a_light_tokenizer_get_the_transformers_one(tmp_path):
-    """llguidance reads a transformers tokenizer: the grammar engine is handed the full one,
-    and a regex grammar admits exactly the tokens that keep the text inside it."""
+def test_grammars_over_a_light_tokenizer_need_no_transformers(tmp_path):
+    """llguidance reads the light tokenizer's own JSON (transformers is not loaded for it),
+    a regex grammar admits exactly the tokens that keep the text inside it, and the mask is
+    the one a transformers tokenizer gives."""
     from specdec.grammar import GrammarCompiler, allowed
     from specdec.params import Grammar
 
     path = save(tmp_path, "grammar", byte_bpe(), "llama", eos_token="<|im_end|>")
     light = load_tokenizer(path)
-    grammars = GrammarCompiler(light, len(light), frozenset({light.eos_token_id}))
-    matcher = grammars.matcher(Grammar("regex", "ab+"))
-    assert light._hf is not None  # loaded for llguidance
-    mask = allowed(matcher, len(light))
-    ok = {i for i in range(len(light)) if mask[i]}
+    masks = []
+    for tok in (light, transformers.AutoTokenizer.from_pretrained(path)):
+        grammars = GrammarCompiler(tok, len(light), frozenset({light.eos_token_id}))
+        masks.append(allowed(grammars.matcher(Grammar("regex", "ab+")), len(light)))
+    assert light._hf is None  # never loaded
+    assert torch.equal(masks[0], masks[1])
+    ok = {i for i in range(len(light)) if masks[0][i]}
     assert ok and all(re.fullmatch("ab*", light.decode([i])) for i in ok)
     assert light.convert_tokens_to_ids("a") in ok
     assert light.convert_tokens_to_ids("b") not in ok
