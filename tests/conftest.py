@@ -57,6 +57,20 @@ def hf_and_native(request):
     return hf, native_from_hf(hf)
 
 
+@pytest.fixture
+def native_on(monkeypatch):
+    """The native kernels on for one test (the suite runs without them by default)."""
+    from specdec.kernels import native
+
+    monkeypatch.setenv("SPECDEC_NATIVE", "1")
+    accessors = (native.bf16_gemv, native.q4_gemv, native.q4_tiles, native.decode_stack)
+    for accessor in accessors:
+        accessor.cache_clear()
+    yield native
+    for accessor in accessors:
+        accessor.cache_clear()
+
+
 @pytest.fixture(scope="module")
 def invariant_native_kernels():
     """The native bf16 kernels and decode stack on, in the batch-invariant mode (the

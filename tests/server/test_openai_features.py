@@ -61,34 +61,18 @@ WIDE = dict(
 
 
 @pytest.fixture(scope="module")
-def bf16_server(tmp_path_factory):
+def bf16_server(tmp_path_factory, invariant_native_kernels):
     """A wide target and a noisy copy of it as the draft, served in bf16 through the
-    batch-invariant native kernels (on by default outside the tests); skipped, with the
-    reason, where those do not build."""
-    from specdec.kernels import native
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPECDEC_NATIVE", "1")
-        patch.delenv("SPECDEC_BF16_INVARIANT", raising=False)
-        kernels = native.bf16_gemv, native.decode_stack
-        for kernel in kernels:
-            kernel.cache_clear()
-        missing = [kernel.__name__ for kernel in kernels if kernel() is None]
-        for kernel in kernels:
-            kernel.cache_clear()
-        if missing:
-            pytest.skip(
-                f"native kernels {', '.join(missing)} unavailable (no compiler or AVX2): bf16 "
-                "passes are not batch-invariant without them"
-            )
-        root = tmp_path_factory.mktemp("wide")
-        models = (
-            save_tiny(root / "target", 0, **WIDE),
-            save_tiny(root / "draft", 0, noise=0.3, **WIDE),
-        )
-        args = serve_args(models)
-        args[args.index("fp32")] = "bf16"
-        srv = Server(*args)
+    batch-invariant native kernels (on by default outside the tests; skipped where those
+    do not build: bf16 passes are not batch-invariant without them)."""
+    root = tmp_path_factory.mktemp("wide")
+    models = (
+        save_tiny(root / "target", 0, **WIDE),
+        save_tiny(root / "draft", 0, noise=0.3, **WIDE),
+    )
+    args = serve_args(models)
+    args[args.index("fp32")] = "bf16"
+    srv = Server(*args)
     yield srv
     srv.stop()
 

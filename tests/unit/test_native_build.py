@@ -11,17 +11,6 @@ import pytest
 from specdec.kernels import native
 
 
-@pytest.fixture
-def native_on(monkeypatch):
-    monkeypatch.setenv("SPECDEC_NATIVE", "1")
-    accessors = (native.bf16_gemv, native.q4_gemv, native.q4_tiles, native.decode_stack)
-    for accessor in accessors:
-        accessor.cache_clear()
-    yield native
-    for accessor in accessors:
-        accessor.cache_clear()
-
-
 @pytest.mark.parametrize("name", native.KERNELS)
 def test_each_kernel_builds_where_it_can(native_on, name):
     if not native.buildable():

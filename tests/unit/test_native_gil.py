@@ -39,18 +39,6 @@ def python_runs_during(call, tries: int = 5) -> bool:
     return False
 
 
-@pytest.fixture
-def native_on(monkeypatch):
-    """The native kernels on for one test (the suite runs without them by default)."""
-    monkeypatch.setenv("SPECDEC_NATIVE", "1")
-    accessors = (native.bf16_gemv, native.q4_gemv)
-    for accessor in accessors:
-        accessor.cache_clear()
-    yield
-    for accessor in accessors:
-        accessor.cache_clear()
-
-
 def test_the_bf16_kernel_lets_other_threads_run(native_on):
     gemv = native.bf16_gemv()
     if gemv is None:
