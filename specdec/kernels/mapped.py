@@ -49,11 +49,15 @@ def release(tensors: Iterable[torch.Tensor]) -> int:
     """Drop the resident pages wholly inside each tensor's bytes where the tensor is a view
     of a mapped `.safetensors` file (others are left alone); the bytes given back."""
     advise = _madvise()
-    tensors = [t for t in tensors if t is not None and t.device.type == "cpu" and t.numel()]
+    page = mmap.PAGESIZE
+    tensors = [  # a tensor under a page holds no whole page: no need to read the maps
+        t
+        for t in tensors
+        if t is not None and t.device.type == "cpu" and t.numel() * t.element_size() >= page
+    ]
     if advise is None or not tensors:
         return 0
     regions = _checkpoint_regions()
-    page = mmap.PAGESIZE
     freed = 0
     for t in tensors:
         first = t.data_ptr()
