@@ -1,6 +1,7 @@
 """Int4 passes of the 1.5B's projection shapes (28 layers of qkv, o, gate/up, down) from
-4-bit weights alone: the time of an r-row pass against a one-row pass (a verify pass's
-cost), and the many-row products a prefill makes. Random 4-bit blocks (the arithmetic does
+4-bit weights alone, in the row layout and the tile layout (`native.q4_tiles`): the time of
+an r-row pass against a one-row pass in rows (a verify pass's cost), and the many-row
+products a prefill makes. Random 4-bit blocks (the arithmetic does
 not depend on the values); ways take turns within each repeat so a neighbour's busy spell
 slows them alike; medians and spread over `--repeats`.
 
@@ -54,25 +55,32 @@ def main() -> None:
     widths = [int(r) for r in args.rows.split(",")]
     xs = {r: {k: torch.randn(r, k, generator=gen) for _, k in SHAPES} for r in widths}
 
-    def sweep(rows: int) -> float:
+    to_tiles = native.q4_tiles()
+    tiles = [to_tiles(*w.tensors()) for w in layers] if to_tiles else [None] * len(layers)
+    layouts = ["rows", "tiles"] if to_tiles else ["rows"]
+
+    def sweep(rows: int, layout: str) -> float:
         start = time.perf_counter()
-        for w in layers:
-            q4_gemv(xs[rows][w.shape[1]], *w.tensors())
+        for w, t in zip(layers, tiles, strict=True):
+            q4_gemv(xs[rows][w.shape[1]], *w.tensors(), None, t if layout == "tiles" else None)
         return time.perf_counter() - start
 
-    seconds = {r: [] for r in widths}
+    seconds = {(r, lay): [] for r in widths for lay in layouts}
     for repeat in range(args.repeats + 1):
         for r in widths:
-            t = sweep(r)
-            if repeat:  # the first round warms up
-                seconds[r].append(t)
-    one = statistics.median(seconds[widths[0]])
-    for r in widths:
-        med = statistics.median(seconds[r])
-        print(
-            f"{r:3d} rows: median {med * 1e3:7.1f} ms (min {min(seconds[r]) * 1e3:.1f}, "
-            f"max {max(seconds[r]) * 1e3:.1f}), {med / one:.2f}x {widths[0]} row(s)"
-        )
+            for lay in layouts:
+                t = sweep(r, lay)
+                if repeat:  # the first round warms up
+                    seconds[r, lay].append(t)
+    one = statistics.median(seconds[widths[0], "rows"])
+    for lay in layouts:
+        for r in widths:
+            med = statistics.median(seconds[r, lay])
+            print(
+                f"{lay:5s} {r:3d} rows: median {med * 1e3:7.1f} ms (min "
+                f"{min(seconds[r, lay]) * 1e3:.1f}, max {max(seconds[r, lay]) * 1e3:.1f}), "
+                f"{med / one:.2f}x {widths[0]} row(s) in rows"
+            )
     if args.prefill:
         r = args.prefill
         x = {k: torch.randn(r, k, generator=gen) for _, k in SHAPES}

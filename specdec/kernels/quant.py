@@ -143,7 +143,10 @@ class Int4Linear(Linear):
     """
 
     def __init__(
-        self, linear: nn.Linear, weights: Q4Weights | None = None, tiles: bool = True
+        self,
+        linear: nn.Linear,
+        weights: Q4Weights | None = None,
+        tiles: bool | torch.Tensor = True,
     ) -> None:
         q4 = weights if weights is not None else q4_quantize(linear.weight.detach())
         if q4.shape != tuple(linear.weight.shape):
@@ -161,19 +164,19 @@ class Int4Linear(Linear):
             self.register_parameter("bias", None)
         for f in fields(Q4Weights):
             self.register_buffer(f.name, getattr(q4, f.name))
-        # The same weights in the native kernel's tile layout, where asked for and the build
-        # reads it (AVX-512, N % 16 == 0); empty elsewhere. Derived at load, never stored.
-        # Which layout a layer keeps is measured per machine (`tuning.tune_layout`):
-        # on a Zen 4, 4 rows cost 1.05x one row in tiles and 1.6x in rows (the 1.5B's 28
-        # layers), but one row of the 0.5B's head streamed 1.2x faster in rows; on an
-        # Intel Xeon with AMX the whole 0.5B steps 1.45x faster in tiles.
-        to_tiles = native.q4_tiles() if tiles else None
-        laid = to_tiles is not None and q4.shape[0] % 16 == 0
-        self.register_buffer(
-            "tiles",
-            to_tiles(*q4.tensors()) if laid else torch.empty(0, dtype=torch.uint8),
-            persistent=False,
-        )
+        # The same weights in the native kernel's tile layout, where asked for (True, or the
+        # tiles themselves as `models.store` maps them) and the build reads it (N % 16 == 0);
+        # empty elsewhere. Not in the state dict. Which layout a layer keeps is measured per
+        # machine (`tuning.tune_layout`): on a Zen 4, 4 rows cost 1.05x one row in tiles and
+        # 1.6x in rows (the 1.5B's 28 layers), but one row of the 0.5B's head streamed 1.2x
+        # faster in rows; on an Intel Xeon with AMX the whole 0.5B steps 1.45x faster in
+        # tiles; on a Zen 3 (AVX2) 16 rows cost 0.61x what they do in rows
+        # (docs/benchmarks.md, AVX2).
+        to_tiles = native.q4_tiles() if tiles is not False else None
+        laid = torch.empty(0, dtype=torch.uint8)
+        if to_tiles is not None and n % 16 == 0:
+            laid = tiles if isinstance(tiles, torch.Tensor) else to_tiles(*q4.tensors())
+        self.register_buffer("tiles", laid, persistent=False)
 
     @property
     def weight(self) -> DenseShape:
@@ -215,10 +218,10 @@ class Int4Linear(Linear):
 
     @classmethod
     def from_blocks(
-        cls, blocks: Q4Weights, dtype: torch.dtype, bias=None, tiles: bool = True
+        cls, blocks: Q4Weights, dtype: torch.dtype, bias=None, tiles: bool | torch.Tensor = True
     ) -> Int4Linear:
         """A layer over `blocks` as they are, computing in `dtype`, with `bias [N]` where
-        given: no dense weight needed to make it."""
+        given: no dense weight needed to make it (`tiles`: as the constructor's)."""
         n, k = blocks.shape
         shape = nn.Linear(k, n, bias=False, device="meta", dtype=dtype)
         layer = cls(shape, blocks, tiles=tiles)

@@ -112,3 +112,28 @@ def test_an_unchanged_store_is_trusted_and_a_touched_one_read_again(model_dir, r
     assert ModelStore(file).load(cfg, torch.float32) is not None and len(reads) == 1
     assert ModelStore(file).load(cfg, torch.float32) is not None and len(reads) == 1
 
+
+@pytest.fixture
+def built_native(native_on):
+    """The native kernels, built (or found) where the rest of the suite builds them, before
+    `root` moves $SPECDEC_HOME (a build there would take minutes)."""
+    for accessor in (native_on.q4_gemv, native_on.q4_tiles, native_on.decode_stack):
+        accessor()
+    return native_on
+
+
+def test_tiles_are_stored_and_mapped_not_laid_out_again(built_native, model_dir, root, monkeypatch):
+    """The tile layout is written with the blocks, and a later load maps it: laying out the
+    1.5B's tiles took ~6 s of every load. The mapped tiles are the ones the build makes."""
+    native_on = built_native
+    if native_on.q4_tiles() is None:
+        pytest.skip("no native int4 build here")
+    first = quant_load.load_stored(model_dir, "fp32")
+    layer = first.layers[0].mlp.gate_up_proj
+    assert layer.tiles.numel() > 0
+    want = native_on.q4_tiles()(*layer.q4.tensors())
+    monkeypatch.setattr(native_on, "q4_tiles", lambda: lambda *a: pytest.fail("laid out again"))
+    second = quant_load.load_stored(model_dir, "fp32")
+    tiled = [m for m in second.modules() if isinstance(m, Int4Linear) and m.tiles.numel()]
+    assert tiled and torch.equal(second.layers[0].mlp.gate_up_proj.tiles, want)
+    assert torch.equal(_logits(first), _logits(second))

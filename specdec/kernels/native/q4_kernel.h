@@ -288,7 +288,7 @@ inline void run(const Activations& a, int64_t R, const uint8_t* qs, const uint8_
   });
 }
 
-// The tile layout (AVX-512 builds): the same values as the row layout, re-ordered so that
+// The tile layout (every build): the same values as the row layout, re-ordered so that
 // each 32-bit lane of a vector holds one output row's weights. Per tile of 16 output rows
 // and super-block s, one block of TILE_BLOCK bytes, tiles after one another and a tile's
 // blocks in order of s (one stream per tile):
@@ -303,6 +303,7 @@ inline void run(const Activations& a, int64_t R, const uint8_t* qs, const uint8_
 // super-block serves 16 outputs: about a third of the instructions per extra row, which is
 // what a verify pass of several rows pays for (the 4-bit weights themselves are the same).
 constexpr int64_t TILE = 16;
+constexpr bool TILES = true;  // the tile path is built everywhere (q4_gemv's `TILES`)
 constexpr int64_t TILE_QS = GROUPS * 4 * 64, TILE_SC = GROUPS * TILE, TILE_MN = GROUPS * TILE;
 constexpr int64_t TILE_D = TILE_QS + TILE_SC + TILE_MN, TILE_BLOCK = TILE_D + 2 * TILE * 4;
 
@@ -353,9 +354,19 @@ inline int& tile_prefetch() {
   return level;
 }
 
-#if SPECDEC_Q4_AVX512
-constexpr bool TILES = true;
+// The blocks a tile's stream asks for ahead of itself, and where (see tile_prefetch): its 38
+// lines spread over the block's groups, as all at once they slowed a 4-row pass by a third
+// (into L1, on a Zen 4).
+template <bool L2>
+inline void prefetch_ahead(const uint8_t* blk, int64_t g, int64_t groups) {
+  constexpr int64_t PREFETCH_BLOCKS = L2 ? 4 : 2;
+  constexpr auto HINT = L2 ? _MM_HINT_T1 : _MM_HINT_T0;
+  const int64_t lines = TILE_BLOCK / 64, first = g * lines / groups, last = (g + 1) * lines / groups;
+  for (int64_t line = first; line < last; ++line)
+    _mm_prefetch(reinterpret_cast<const char*>(blk + PREFETCH_BLOCKS * TILE_BLOCK + line * 64), HINT);
+}
 
+#if SPECDEC_Q4_AVX512
 // Rows [0, R) of the activations against the 16 output rows of tile t (see to_tiles), the
 // blocks ahead prefetched into L2 (`L2`) or L1 (see tile_prefetch).
 template <int R, bool L2>
@@ -367,8 +378,6 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
   const int16_t* xs = a.xs.data() + row0 * G;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const uint8_t* base = tiles + t * S * TILE_BLOCK;
-  constexpr int64_t PREFETCH_BLOCKS = L2 ? 4 : 2;
-  constexpr auto HINT = L2 ? _MM_HINT_T1 : _MM_HINT_T0;
   __m512 f[R];
   for (int r = 0; r < R; ++r) f[r] = _mm512_setzero_ps();
   for (int64_t s = 0; s < S; ++s) {
@@ -377,11 +386,7 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
     __m512i I[R];
     for (int r = 0; r < R; ++r) I[r] = _mm512_setzero_si512();
     for (int64_t g = 0; g < groups; ++g) {
-      // The block PREFETCH_BLOCKS ahead, its 38 lines spread over this block's groups: asked
-      // for all at once, they slowed a 4-row pass by a third (into L1, on a Zen 4).
-      const int64_t lines = TILE_BLOCK / 64, first = g * lines / groups, last = (g + 1) * lines / groups;
-      for (int64_t line = first; line < last; ++line)
-        _mm_prefetch(reinterpret_cast<const char*>(blk + PREFETCH_BLOCKS * TILE_BLOCK + line * 64), HINT);
+      prefetch_ahead<L2>(blk, g, groups);
       const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + TILE_QS + g * TILE)));
       for (int h = 0; h < 2; ++h) {  // 16 weights a half: a lane's sum fits int16 for vpdpwssd
         const uint8_t* q = blk + (g * 4 + 2 * h) * 64;
@@ -419,6 +424,82 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
   const __m512 b = bias ? _mm512_loadu_ps(bias + t * TILE) : _mm512_setzero_ps();
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(y + r * N + t * TILE, _mm512_add_ps(f[r], b));
 }
+#else
+// The same product with AVX2, a tile as two halves of 8 outputs (bytes 32 h..32 h + 31 of a
+// 64-byte vector are outputs 8 h..8 h + 7 in every part of a block). `vpmaddubsw` against 4
+// activations broadcast to every lane sums two products per int16 lane; a group's 8 of them
+// sum in int16 (16 products: at most 16 * 15 * 127 = 30480), and one `vpmaddwd` by the
+// group's scales (in both int16 halves of a lane) adds the lane's pair: 9 multiplies per
+// 256 products a row where the row layout takes 16. The integer sums, and the float steps
+// on them, are the AVX-512 path's exactly: both builds give the same floats.
+template <int R, bool L2>
+void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const float* bias,
+               float* y, int64_t K, int64_t N, int64_t S, int64_t t) {
+  const int64_t G = S * GROUPS, X = a.stride;
+  const int8_t* xq = a.xq.data() + row0 * X;
+  const float* dx = a.dx.data() + row0 * S;
+  const int16_t* xs = a.xs.data() + row0 * G;
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const uint8_t* base = tiles + t * S * TILE_BLOCK;
+  alignas(32) float f[R][TILE];
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h) _mm256_store_ps(f[r] + 8 * h, _mm256_setzero_ps());
+  for (int64_t s = 0; s < S; ++s) {
+    const uint8_t* blk = base + s * TILE_BLOCK;
+    const int64_t groups = std::min<int64_t>(GROUPS, (K - s * SB) / 32);  // even: K % 64 == 0
+    for (int h = 0; h < 2; ++h) {
+      // Integer sums in memory, touched once a group: in registers beside a group's 8
+      // unpacked weight vectors they spilled, and the compiler then spilled every product.
+      alignas(32) int32_t I[R][8];
+      __m256i M[R];
+      for (int r = 0; r < R; ++r) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(I[r]), _mm256_setzero_si256());
+        M[r] = _mm256_setzero_si256();
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        if (h == 0) prefetch_ahead<L2>(blk, g, groups);
+        const __m256i s32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + TILE_QS + g * TILE + 8 * h)));
+        const __m256i scale = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
+        __m256i w[8];  // weights 32 g + 4 j + b of the 8 outputs, as bytes
+        for (int i = 0; i < 4; ++i) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + (g * 4 + i) * 64 + 32 * h));
+          w[2 * i] = _mm256_and_si256(v, nibble);
+          w[2 * i + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+        }
+        for (int r = 0; r < R; ++r) {
+          const int32_t* x4 = reinterpret_cast<const int32_t*>(xq + r * X + s * SB + g * 32);
+          __m256i sum = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(x4[0]));
+          for (int j = 1; j < 8; ++j) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[j], _mm256_set1_epi32(x4[j])));
+          __m256i* acc = reinterpret_cast<__m256i*>(I[r]);
+          _mm256_store_si256(acc, _mm256_add_epi32(_mm256_load_si256(acc), _mm256_madd_epi16(sum, scale)));
+        }
+      }
+      for (int64_t p = 0; p < groups / 2; ++p) {
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + TILE_QS + TILE_SC + p * 2 * TILE + 16 * h)));
+        for (int r = 0; r < R; ++r) {
+          int32_t pair;
+          std::memcpy(&pair, xs + r * G + s * GROUPS + 2 * p, sizeof(pair));
+          M[r] = _mm256_add_epi32(M[r], _mm256_madd_epi16(mins, _mm256_set1_epi32(pair)));
+        }
+      }
+      const __m256 ds = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + TILE_D) + 8 * h);
+      const __m256 dmins = _mm256_loadu_ps(reinterpret_cast<const float*>(blk + TILE_D) + TILE + 8 * h);
+      for (int r = 0; r < R; ++r) {  // add_block for 8 outputs
+        const __m256 dxr = _mm256_set1_ps(dx[r * S + s]);
+        __m256 acc = _mm256_load_ps(f[r] + 8 * h);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(I[r]))), _mm256_mul_ps(ds, dxr), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M[r]), _mm256_mul_ps(dmins, dxr), acc);
+        _mm256_store_ps(f[r] + 8 * h, acc);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < 2; ++h) {
+      const __m256 b = bias ? _mm256_loadu_ps(bias + t * TILE + 8 * h) : _mm256_setzero_ps();
+      _mm256_storeu_ps(y + r * N + t * TILE + 8 * h, _mm256_add_ps(_mm256_load_ps(f[r] + 8 * h), b));
+    }
+}
+#endif
 
 inline void run_tiles(const Activations& a, int64_t R, const uint8_t* tiles, const float* bias,
                       float* y, int64_t K, int64_t N, int64_t S) {
@@ -441,13 +522,5 @@ inline void run_tiles(const Activations& a, int64_t R, const uint8_t* tiles, con
     }
   });
 }
-#else
-constexpr bool TILES = false;
-
-inline void run_tiles(const Activations&, int64_t, const uint8_t*, const float*, float*, int64_t,
-                      int64_t, int64_t) {
-  TORCH_CHECK(false, "the int4 tile layout needs the AVX-512 build");
-}
-#endif
 
 }  // namespace q4
