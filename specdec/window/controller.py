@@ -192,10 +192,10 @@ class AdaptiveWindow:
     def _may_start(self, batch: Batch) -> bool:
         """Measured acceptance: a start nets half `explore_share`. Before any: twice it at the
         prior, or a cheap look where an always-right drafter nets `explore_share`."""
-        c, n, ahead = self.config, batch.catch_up, batch.remaining
+        c = self.config
 
         def pays(alpha: list[float], gain: float) -> bool:
-            return pricing.startup_pays(self.costs, batch.rows, alpha, c.k_max, n, ahead, gain)
+            return pricing.startup_pays(self.costs, batch, alpha, c.k_max, gain)
 
         if self.acceptance.reached:
             return pays(self.acceptance.alpha, c.explore_share / 2)

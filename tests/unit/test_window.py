@@ -24,6 +24,7 @@ from specdec.window.acceptance import step_counts
 from specdec.window.costs import expected_tokens
 
 FIRST_TIMINGS = WindowConfig().first_timings
+BLIND = 2 * WindowConfig().explore_share  # the gain a start needs before any draft is seen
 PLAIN = lambda: FixedWindow(0)  # noqa: E731
 
 
@@ -406,7 +407,7 @@ def test_never_slower_than_plain_where_no_window_pays_much(host):
 
 def test_the_floor_check_fails_without_a_rising_curve(monkeypatch):
     """The check that the stale-plain case can fail: the curve as timed."""
-    monkeypatch.setattr(costs_module, "_rising", lambda table, least=None: table)
+    monkeypatch.setattr(costs_module, "_rising", lambda table, least: table)
     _, system = FLOOR["stale-plain"]
     assert decode(AdaptiveWindow, **system) < 0.97 * decode(PLAIN, **system)
 
@@ -579,7 +580,7 @@ def test_a_cheap_look_measures_a_drafter_the_prior_would_never_start(a):
             assert auto >= (0.9 if requests == 1 else 0.975) * plain
     window = AdaptiveWindow()  # the blind bar alone: four requests never draft
     window._may_start = lambda batch: startup_pays(
-        window.costs, 1, window.acceptance.prior(), 8, batch.catch_up, batch.remaining
+        window.costs, batch, window.acceptance.prior(), 8, BLIND
     )
     one = dict(a=a, requests=4, seeds=[0], **INT4_PAIR)
     assert serve(lambda: window, **one)[0] == pytest.approx(serve(PLAIN, **one)[0])
@@ -649,12 +650,14 @@ def test_a_blind_start_takes_no_marginal_bet(name, starts):
     rows, plain_s, prompt, prefill_s, left = STARTUPS[name]
     costs = _startup_costs(rows, plain_s, prompt, prefill_s)
     alpha = AdaptiveWindow().acceptance.prior()
-    assert startup_pays(costs, rows, alpha, 8, rows * prompt, left) is starts
-    assert startup_pays(costs, rows, alpha, 8, rows * prompt, left, min_gain=0.0)
+    start = Batch(rows, left, rows * prompt)
+    assert startup_pays(costs, start, alpha, 8, BLIND) is starts
+    assert startup_pays(costs, start, alpha, 8, min_gain=0.0)
     if name in ("1x1024", "2x256"):  # priced at k = 1 it would not start; at 8 it may
         longer = 127 if name == "1x1024" else left
-        assert not startup_pays(costs, rows, alpha, 1, rows * prompt, longer)
-        assert startup_pays(costs, rows, alpha, 8, rows * prompt, longer)
+        longer = Batch(rows, longer, rows * prompt)
+        assert not startup_pays(costs, longer, alpha, 1, BLIND)
+        assert startup_pays(costs, longer, alpha, 8, BLIND)
 
 
 def test_a_start_keeps_its_curve_when_the_batch_shrinks():
@@ -679,7 +682,7 @@ def test_a_look_is_priced_per_row_and_later_starts_on_what_was_measured():
     assert not window._may_start(Batch(rows, left, rows * prompt))  # 8 rows: too dear
     one = AdaptiveWindow()
     one.costs = _startup_costs(1, 0.033, 46, 0.5, ratio=0.32)
-    assert not startup_pays(one.costs, 1, one.acceptance.prior(), 8, 46, 63)
+    assert not startup_pays(one.costs, Batch(1, 63, 46), one.acceptance.prior(), 8, BLIND)
     assert one._may_start(Batch(1, 63, 46))  # one row: a look
     for good, (reached, kept) in {True: ([1, 1], [1, 1]), False: ([1, 0], [0, 0])}.items():
         informed = AdaptiveWindow()
