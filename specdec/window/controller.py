@@ -65,8 +65,7 @@ class Guard:
 
     def __init__(self, config: WindowConfig) -> None:
         self.config = config
-        self.saved = self.spent = 0.0
-        self.checked = 0
+        self.saved, self.spent, self.checked = 0.0, 0.0, 0  # plain-step s, s, steps counted
         self.off = 0  # steps left with drafting off
         self.next_backoff = config.backoff
 
@@ -78,8 +77,7 @@ class Guard:
         if self.checked < c.evidence:
             return
         realised = self.saved / self.spent if self.spent > 0 else 1.0
-        self.saved = self.spent = 0.0
-        self.checked = 0
+        self.saved, self.spent, self.checked = 0.0, 0.0, 0
         if realised < 1 - c.margin:
             self.off = self.next_backoff
             self.next_backoff = min(2 * self.next_backoff, c.max_backoff)
@@ -112,11 +110,9 @@ class AdaptiveWindow:
         """k for the next step; a step that needs a catch-up only where it is repaid."""
         resuming = self.phase is Phase.PLAIN_PROBE  # its catch-up was the probe's token
         phase, k = self._next(batch.rows)
-        if k and batch.catch_up and not resuming:
-            if phase is Phase.PROBE:
-                k = k if self._cheap_look(batch) else 0
-            elif not self._start_allowed(batch):
-                k = 0
+        if k and batch.catch_up and not resuming:  # a probe is priced as a look
+            allowed = self._cheap_look if phase is Phase.PROBE else self._start_allowed
+            k = k if allowed(batch) else 0
         self.phase = (
             Phase.PLAIN if not k and phase.drafting and phase is not Phase.PLAIN_PROBE else phase
         )
