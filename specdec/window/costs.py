@@ -150,8 +150,7 @@ class CostModel:
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
         """A verify pass; an established shape's ratio to its table moves the pace."""
         table = self.verify_s.setdefault(rows, {})
-        seen = self._seen.get((rows, tokens_per_row), 0)
-        old = table.get(tokens_per_row)
+        seen, old = self.timed(rows, tokens_per_row), table.get(tokens_per_row)
         first = seen < self.config.first_timings
         if not first and old and seconds > 0:
             ratio = min(2.0, max(0.5, seconds / (old * self.pace)))
