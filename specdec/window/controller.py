@@ -134,13 +134,9 @@ class AdaptiveWindow:
         k, speedup = costs.best_window(rows, self.acceptance.alpha, reach)
         drafting = self.phase.drafting
         k = k if speedup > (1.0 if drafting else 1 + c.margin) else 0
-        if (
-            not k
-            and drafting
-            and self.acceptance.reached[0] < c.evidence
-            and self._look_may_pay(rows)
-        ):
-            return Phase.LOOK, 1  # a look's few draws leave room for a drafter that pays
+        looking = drafting and self.acceptance.reached[0] < c.evidence  # a look's few draws ...
+        if not k and looking and self._look_may_pay(rows):
+            return Phase.LOOK, 1  # ... leave room for a drafter that pays
         if k:
             self._probe_gap = c.probe_every
         self._since_probe += 1
