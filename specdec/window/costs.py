@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from functools import partialmethod
 
 from specdec.window.config import WindowConfig
 
@@ -31,8 +30,10 @@ def conditional_acceptance(per_position: list[float]) -> list[float]:
 
 def interpolate(table: dict[int, float], x: int) -> float | None:
     """Piecewise-linear through the points, extended by the nearest segment."""
-    if x in table or len(table) < 2:
-        return table.get(x, next(iter(table.values()), None))
+    if x in table:
+        return table[x]
+    if len(table) < 2:
+        return next(iter(table.values()), None)
     points = sorted(table.items())
     i = min(max(bisect_left(points, (x,)), 1), len(points) - 1)  # the segment below x, or nearest
     (x0, y0), (x1, y1) = points[i - 1], points[i]
@@ -72,7 +73,11 @@ class PlanGrowth:
             self._memo[high, tokens_per_row] = seconds or 1.0
         return self._memo[high, tokens_per_row]
 
-    lo, hi = partialmethod(_at, 0), partialmethod(_at, 1)
+    def lo(self, tokens_per_row: int) -> float:
+        return self._at(0, tokens_per_row)
+
+    def hi(self, tokens_per_row: int) -> float:
+        return self._at(1, tokens_per_row)
 
 
 def by_total(tables: dict[int, dict[int, float]], rows: int) -> dict[int, float]:
