@@ -20,22 +20,14 @@ def step_counts(record: StepRecord) -> tuple[list[int], list[int], int, float]:
     accepted, drafted = record.accepted, record.drafted
     if record.whole_batch:
         longest = max(record.left)
-        judged = [r == longest for r in record.left]
-        most = 1 + max(accepted)
-        progress = min(most, longest - max(record.left_after, default=0))
-        asked = max((d for d, j in zip(drafted, judged, strict=True) if j), default=0)
-        kept = min(progress - 1, asked)
-        return (
-            [int(i <= kept) for i in range(asked)],
-            [int(i < kept) for i in range(asked)],
-            1,
-            progress,
-        )
-    k = max(drafted, default=0)
-    reached = [
-        sum(a >= i and i < d for a, d in zip(accepted, drafted, strict=True)) for i in range(k)
-    ]
-    kept = [sum(a > i for a in accepted) for i in range(k)]
+        progress = min(1 + max(accepted), longest - max(record.left_after, default=0))
+        asked = max(d for d, r in zip(drafted, record.left, strict=True) if r == longest)
+        kept = min(progress - 1, asked)  # the first `kept` drafts every judged row kept
+        reached = [int(i <= kept) for i in range(asked)]
+        return reached, [int(i < kept) for i in range(asked)], 1, progress
+    rows = list(zip(accepted, drafted, strict=True))
+    reached = [sum(a >= i and i < d for a, d in rows) for i in range(max(drafted, default=0))]
+    kept = [sum(a > i for a in accepted) for i in range(len(reached))]
     return reached, kept, len(accepted), 1 + sum(kept) / max(len(accepted), 1)
 
 
@@ -48,10 +40,9 @@ class Acceptance:
         self.kept: list[float] = []  # ... and kept it
 
     def add(self, reached: list[int], kept: list[int]) -> None:
-        grow = len(reached) - len(self.reached)
-        if grow > 0:
-            self.reached += [0.0] * grow
-            self.kept += [0.0] * grow
+        grow = max(0, len(reached) - len(self.reached))
+        self.reached += [0.0] * grow
+        self.kept += [0.0] * grow
         decay = self.config.decay
         for i, (d, a) in enumerate(zip(reached, kept, strict=True)):
             self.reached[i] = decay * self.reached[i] + d
@@ -79,10 +70,7 @@ class Acceptance:
         """The counts scaled to at most `evidence` rows at the first position (a warm start)."""
         first = self.reached[0] if self.reached else 0
         scale = min(1.0, self.config.evidence / first) if first else 1.0
-        return {
-            "reached": [r * scale for r in self.reached],
-            "kept": [k * scale for k in self.kept],
-        }
+        return {name: [n * scale for n in getattr(self, name)] for name in ("reached", "kept")}
 
     def start_from(self, state: dict) -> None:
         """Begin from a stored `state` instead of the generic prior."""

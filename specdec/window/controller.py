@@ -65,8 +65,7 @@ class Guard:
 
     def __init__(self, config: WindowConfig) -> None:
         self.config = config
-        self.saved = self.spent = 0.0
-        self.checked = 0
+        self.saved, self.spent, self.checked = 0.0, 0.0, 0  # plain-step s, s, steps counted
         self.off = 0  # steps left with drafting off
         self.next_backoff = config.backoff
 
@@ -78,8 +77,7 @@ class Guard:
         if self.checked < c.evidence:
             return
         realised = self.saved / self.spent if self.spent > 0 else 1.0
-        self.saved = self.spent = 0.0
-        self.checked = 0
+        self.saved, self.spent, self.checked = 0.0, 0.0, 0
         if realised < 1 - c.margin:
             self.off = self.next_backoff
             self.next_backoff = min(2 * self.next_backoff, c.max_backoff)
@@ -112,11 +110,9 @@ class AdaptiveWindow:
         """k for the next step; a step that needs a catch-up only where it is repaid."""
         resuming = self.phase is Phase.PLAIN_PROBE  # its catch-up was the probe's token
         phase, k = self._next(batch.rows)
-        if k and batch.catch_up and not resuming:
-            if phase is Phase.PROBE:
-                k = k if self._cheap_look(batch) else 0
-            elif not self._start_allowed(batch):
-                k = 0
+        if k and batch.catch_up and not resuming:  # a probe is priced as a look
+            allowed = self._cheap_look if phase is Phase.PROBE else self._start_allowed
+            k = k if allowed(batch) else 0
         self.phase = (
             Phase.PLAIN if not k and phase.drafting and phase is not Phase.PLAIN_PROBE else phase
         )
@@ -138,13 +134,9 @@ class AdaptiveWindow:
         k, speedup = costs.best_window(rows, self.acceptance.alpha, reach)
         drafting = self.phase.drafting
         k = k if speedup > (1.0 if drafting else 1 + c.margin) else 0
-        if (
-            not k
-            and drafting
-            and self.acceptance.reached[0] < c.evidence
-            and self._look_may_pay(rows)
-        ):
-            return Phase.LOOK, 1  # a look's few draws leave room for a drafter that pays
+        looking = drafting and self.acceptance.reached[0] < c.evidence  # a look's few draws ...
+        if not k and looking and self._look_may_pay(rows):
+            return Phase.LOOK, 1  # ... leave room for a drafter that pays
         if k:
             self._probe_gap = c.probe_every
         self._since_probe += 1
@@ -192,10 +184,10 @@ class AdaptiveWindow:
     def _may_start(self, batch: Batch) -> bool:
         """Measured acceptance: a start nets half `explore_share`. Before any: twice it at the
         prior, or a cheap look where an always-right drafter nets `explore_share`."""
-        c, n, ahead = self.config, batch.catch_up, batch.remaining
+        c = self.config
 
         def pays(alpha: list[float], gain: float) -> bool:
-            return pricing.startup_pays(self.costs, batch.rows, alpha, c.k_max, n, ahead, gain)
+            return pricing.startup_pays(self.costs, batch, alpha, c.k_max, gain)
 
         if self.acceptance.reached:
             return pays(self.acceptance.alpha, c.explore_share / 2)

@@ -3,6 +3,7 @@ pays most: k maximising expected tokens over the step's cost (docs/design/auto.m
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 from specdec.window.config import WindowConfig
@@ -29,30 +30,23 @@ def conditional_acceptance(per_position: list[float]) -> list[float]:
 
 def interpolate(table: dict[int, float], x: int) -> float | None:
     """Piecewise-linear through the points, extended by the nearest segment."""
-    if not table:
-        return None
     if x in table:
         return table[x]
+    if len(table) < 2:
+        return next(iter(table.values()), None)
     points = sorted(table.items())
-    if len(points) == 1:
-        return points[0][1]
-    below = [p for p in points if p[0] < x][-2:]
-    above = [p for p in points if p[0] > x][:2]
-    pair = (below[-1:] + above[:1]) if below and above else (below or above)
-    (x0, y0), (x1, y1) = pair[0], pair[-1]
+    i = min(max(bisect_left(points, (x,)), 1), len(points) - 1)  # the segment below x, or nearest
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
     return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
 
 
-def _rising(table: dict[int, float], least: PlanGrowth | None = None) -> dict[int, float]:
+def _rising(table: dict[int, float], least: PlanGrowth) -> dict[int, float]:
     """The verify curve with each width at most any wider one's seconds (over its least
     growth, `PlanGrowth`): a narrower pass timed dearer ran in a slow moment ("Costs")."""
     out: dict[int, float] = {}
     lowest = lowest_per_plan = float("inf")
     for width in sorted(table, reverse=True):
         seconds = table[width]
-        if least is None:
-            lowest = out[width] = min(lowest, seconds)
-            continue
         out[width] = min(seconds, lowest, least.hi(width) * lowest_per_plan)
         lowest = min(lowest, seconds)
         lowest_per_plan = min(lowest_per_plan, seconds / least.lo(width))
@@ -62,7 +56,8 @@ def _rising(table: dict[int, float], least: PlanGrowth | None = None) -> dict[in
 class PlanGrowth:
     """How a pass of `rows` rows grows with its tokens per row at least, from the target's
     projection timings (`tuning.projection_seconds`) as envelopes: `lo` (the least
-    any wider took) and `hi` (the most any narrower took), plus the part they leave out."""
+    any wider took) and `hi` (the most any narrower took), plus the part they leave out;
+    without plans both are 1 (the curve as timed)."""
 
     def __init__(self, plan_s: dict[int, float], rows: int, projection_share: float) -> None:
         widths = sorted(plan_s)
@@ -72,17 +67,17 @@ class PlanGrowth:
         self._envelopes = [{w: s + fixed for w, s in t.items()} for t in (low, high)]
         self._rows, self._memo = rows, {}
 
-    def lo(self, tokens_per_row: int) -> float:
-        return self._at(0, tokens_per_row)
-
-    def hi(self, tokens_per_row: int) -> float:
-        return self._at(1, tokens_per_row)
-
     def _at(self, high: int, tokens_per_row: int) -> float:
         if (high, tokens_per_row) not in self._memo:  # a step prices up to k_max windows
             seconds = interpolate(self._envelopes[high], self._rows * tokens_per_row)
             self._memo[high, tokens_per_row] = seconds or 1.0
         return self._memo[high, tokens_per_row]
+
+    def lo(self, tokens_per_row: int) -> float:
+        return self._at(0, tokens_per_row)
+
+    def hi(self, tokens_per_row: int) -> float:
+        return self._at(1, tokens_per_row)
 
 
 def by_total(tables: dict[int, dict[int, float]], rows: int) -> dict[int, float]:
@@ -160,8 +155,7 @@ class CostModel:
     def observe_verify(self, rows: int, tokens_per_row: int, seconds: float) -> None:
         """A verify pass; an established shape's ratio to its table moves the pace."""
         table = self.verify_s.setdefault(rows, {})
-        seen = self._seen.get((rows, tokens_per_row), 0)
-        old = table.get(tokens_per_row)
+        seen, old = self.timed(rows, tokens_per_row), table.get(tokens_per_row)
         first = seen < self.config.first_timings
         if not first and old and seconds > 0:
             ratio = min(2.0, max(0.5, seconds / (old * self.pace)))
@@ -181,28 +175,23 @@ class CostModel:
         seconds /= self.pace
         first = self.drafts_timed < self.config.first_timings
         self.drafts_timed += 1
-        if first_s is None:
+        if first_s is not None:  # the first token apart, the later ones a step each
+            first_s /= self.pace
+            self.draft_first_s[rows] = self._merge(self.draft_first_s.get(rows), first_s, first)
+            seconds, k = max(0.0, seconds - first_s), k - 1
+        if k:
             self.draft_step_s[rows] = self._merge(self.draft_step_s.get(rows), seconds / k, first)
-            return
-        first_s /= self.pace
-        self.draft_first_s[rows] = self._merge(self.draft_first_s.get(rows), first_s, first)
-        if k > 1:
-            later = max(0.0, seconds - first_s) / (k - 1)
-            self.draft_step_s[rows] = self._merge(self.draft_step_s.get(rows), later, first)
 
     def widest_measured(self, rows: int) -> int:
         return max(self.verify_s.get(rows, {}), default=0)
 
-    def growth(self, rows: int) -> PlanGrowth | None:
-        """The target's projections' least growth at `rows` (None without plans)."""
-        if not self.target_plan_s:
-            return None
-        plans, built = self._growth
-        if plans is not self.target_plan_s:
-            plans, built = self.target_plan_s, {}
-            self._growth = (plans, built)
+    def growth(self, rows: int) -> PlanGrowth:
+        """The target's projections' least growth at `rows`, built once per plans."""
+        if self._growth[0] is not self.target_plan_s:
+            self._growth = (self.target_plan_s, {})
+        built = self._growth[1]
         if rows not in built:
-            built[rows] = PlanGrowth(plans, rows, self.config.projection_share)
+            built[rows] = PlanGrowth(self.target_plan_s, rows, self.config.projection_share)
         return built[rows]
 
     def verify_time(self, rows: int, tokens_per_row: int) -> float | None:
@@ -217,7 +206,7 @@ class CostModel:
                 cached = self._curves[rows] = (key, _rising(own, least))
             curve = cached[1]
             seconds = interpolate(curve, tokens_per_row)
-            if least is not None and tokens_per_row not in curve:
+            if self.target_plan_s and tokens_per_row not in curve:
                 grown = [s / least.hi(t) * least.lo(tokens_per_row) for t, s in curve.items()
                          if t < tokens_per_row]  # fmt: skip
                 seconds = max([seconds, *grown])
@@ -240,8 +229,7 @@ class CostModel:
         """Seconds of a step's k draft tokens a row."""
         if k <= 0:
             return 0.0
-        step = self.draft_time(rows)
-        first = interpolate(self.draft_first_s, rows)
+        step, first = self.draft_time(rows), interpolate(self.draft_first_s, rows)
         if step is None:
             return None
         return (step if first is None else first * self.pace) + (k - 1) * step
@@ -265,35 +253,28 @@ class CostModel:
             return False
         if drafted > 2 * self.draft_share(rows) * plain:
             return True
-        pair = self.verify_s.get(rows, {}).get(2)
-        if pair is None or self._seen.get((rows, 2), 0) != 1:
-            return False
         one, two = (interpolate(self.target_plan_s, n) for n in (rows, 2 * rows))
-        grown = two / one if one and two else 1.0
-        return pair * self.pace > 2 * grown * plain
+        limit = 2 * (two / one if one and two else 1.0) * plain
+        pair = self.verify_s.get(rows, {}).get(2)  # a two-token pass timed once, over its limit
+        return pair is not None and self.timed(rows, 2) == 1 and pair * self.pace > limit
 
     def predict(self, rows: int, alpha: list[float], k: int) -> float | None:
         """Tokens per second a row at window k; None while a cost is unknown or zero."""
-        verify = self.verify_time(rows, k + 1)
-        draft = self.draft_seconds(rows, k)
+        verify, draft = self.verify_time(rows, k + 1), self.draft_seconds(rows, k)
         if verify is None or draft is None or draft + verify <= 0:
             return None
         return expected_tokens(alpha, k) / (draft + verify)
 
     def best_window(self, rows: int, alpha: list[float], k_max: int) -> tuple[int, float]:
         """(k, predicted speedup over k = 0) maximising tokens per second; k = 0 is plain."""
-        best_k, best = 0, 1.0
-        for k in range(1, k_max + 1):
-            speedup = predict_speedup(self, rows, alpha, k)
-            if speedup is not None and speedup > best:
-                best_k, best = k, speedup
-        return best_k, best
+        speedups = {k: predict_speedup(self, rows, alpha, k) or 0.0 for k in range(1, k_max + 1)}
+        k = max(speedups, key=speedups.get, default=0)  # the narrowest of equals
+        return (k, speedups[k]) if k and speedups[k] > 1.0 else (0, 1.0)
 
 
 def predict_speedup(costs: CostModel, rows: int, alpha: list[float], k: int) -> float | None:
     """Predicted speed of window k over plain decoding at `rows`; None while unknown."""
-    plain = costs.predict(rows, alpha, 0)
-    spec = costs.predict(rows, alpha, k)
+    plain, spec = costs.predict(rows, alpha, 0), costs.predict(rows, alpha, k)
     if plain is None or spec is None or plain <= 0:
         return None
     return spec / plain

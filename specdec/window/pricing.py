@@ -3,7 +3,7 @@ tokens repay the draft's catch-up on their history (docs/design/auto.md, "Start-
 
 from __future__ import annotations
 
-from specdec.window.config import WindowConfig
+from specdec.types import Batch
 from specdec.window.costs import CostModel, by_total, expected_tokens, interpolate
 
 CATCH_UP_WIDTHS = 32  # catch-up pass widths kept, the most recent: a bound on memory
@@ -56,63 +56,48 @@ def startup_verify_time(costs: CostModel, rows: int, tokens_per_row: int) -> flo
     """`verify_time`, except while one width is timed at `rows` (the plain step): then
     grown as the target's plans grow, else along its prefill passes by total tokens."""
     own = costs.verify_s.get(rows, {})
-    if tokens_per_row in own or len(own) >= 2 or not own:
+    if len(own) != 1 or tokens_per_row in own:
         return costs.verify_time(rows, tokens_per_row)
     ((t0, s0),) = own.items()
     s0 *= costs.pace
-    if costs.target_plan_s:
-        grown = interpolate(costs.target_plan_s, rows * tokens_per_row)
-        timed = interpolate(costs.target_plan_s, rows * t0)
-        if grown and timed:
-            return s0 * max(1.0, grown / timed)
+    grown, timed = (interpolate(costs.target_plan_s, rows * t) for t in (tokens_per_row, t0))
+    if grown and timed:
+        return s0 * max(1.0, grown / timed)
     if not costs.prefill_pass_s:
         return costs.verify_time(rows, tokens_per_row)
-    totals = by_total(costs.prefill_pass_s, rows)
-    totals[rows * t0] = s0
-    estimate = interpolate(totals, rows * tokens_per_row)
-    return None if estimate is None else max(estimate, s0)
+    totals = by_total(costs.prefill_pass_s, rows) | {rows * t0: s0}
+    return max(interpolate(totals, rows * tokens_per_row), s0)
 
 
 def startup_pays(
-    costs: CostModel,
-    rows: int,
-    alpha: list[float],
-    k_max: int,
-    catch_up: int,
-    remaining: int,
-    min_gain: float = 2 * WindowConfig.explore_share,
+    costs: CostModel, batch: Batch, alpha: list[float], k_max: int, min_gain: float
 ) -> bool:
-    """Whether `remaining` plain steps x (1 - 1 / best speedup) less the catch-up's cost is
-    at least `min_gain` of the plain decoding ahead (unknown costs: True)."""
-    if catch_up <= 0 or k_max <= 0:
+    """Whether the batch's remaining plain steps x (1 - 1 / best speedup) less its catch-up's
+    cost is at least `min_gain` of the plain decoding ahead (unknown costs: True)."""
+    rows = batch.rows
+    if batch.catch_up <= 0 or k_max <= 0:
         return True
-    cost = catch_up_time(costs, catch_up)
-    plain = costs.verify_time(rows, 1)
+    cost, plain = catch_up_time(costs, batch.catch_up), costs.verify_time(rows, 1)
     if cost is None or plain is None:
         return True
-    prior = costs.draft_share(rows) * plain  # before the draft is timed
+    prior = costs.draft_share(rows) * plain  # a draft token before the draft is timed
     speedup = 0.0
     for k in range(1, k_max + 1):
-        verify = startup_verify_time(costs, rows, k + 1)
-        draft = costs.draft_seconds(rows, k)
-        step = (k * prior if draft is None else draft) + (verify if verify is not None else plain)
+        draft, verify = costs.draft_seconds(rows, k), startup_verify_time(costs, rows, k + 1)
+        step = (k * prior if draft is None else draft) + (plain if verify is None else verify)
         if step > 0:
             speedup = max(speedup, expected_tokens(alpha, k) * plain / step)
-    if speedup <= 1.0:
-        return False
-    ahead = remaining * plain
-    return ahead * (1 - 1 / speedup) - cost >= min_gain * ahead
+    ahead = batch.remaining * plain
+    return speedup > 1.0 and ahead * (1 - 1 / speedup) - cost >= min_gain * ahead
 
 
 def relative_cost(draft_model, target_model) -> float | None:
     """Bytes a one-token draft step reads over the target's (projections as stored, without
     embedding and vocabulary head); None unless both are models."""
-    sizes = []
-    for model in (draft_model, target_model):
-        if not hasattr(model, "named_modules"):
-            return None
-        sizes.append(_step_bytes(model))
-    return sizes[0] / sizes[1] if sizes[1] else None
+    if not all(hasattr(model, "named_modules") for model in (draft_model, target_model)):
+        return None
+    draft, target = _step_bytes(draft_model), _step_bytes(target_model)
+    return draft / target if target else None
 
 
 def _step_bytes(model) -> int:

@@ -15,6 +15,7 @@ from specdec.kernels import tuning
 from specdec.kernels.linear import BUCKETS, Linear
 from specdec.kernels.quantize import quantize
 from specdec.params import SamplingParams
+from specdec.types import Batch
 from specdec.window import (
     AdaptiveWindow,
     CostModel,
@@ -27,6 +28,7 @@ from specdec.window import (
 from tiny import hf_tiny, native_from_hf
 
 FIRST_TIMINGS = WindowConfig().first_timings
+BLIND = 2 * WindowConfig().explore_share  # the gain a start needs before any draft is seen
 
 
 def _model():
@@ -65,6 +67,7 @@ def test_projection_seconds_is_empty_without_plans_or_timings(tmp_path):
 # its 0.5B int4 draft (0.27 of it by weights), a 64-token answer. `--speculate 4` ran
 # 6.7 tok/s against 4.0 plain; a verify pass of 5 tokens took 0.24 s.
 PLAIN, PREFILL, PROMPT, RATIO, LEFT = 0.19, 1.7, 47, 0.27, 61
+START = Batch(1, LEFT, PROMPT)
 # Projection seconds per pass width as a plan might store them: 5 rows cost 1.3x one.
 TARGET_PLAN = {1: 1.0, 2: 1.05, 4: 1.2, 8: 1.6, 16: 2.4, 32: 4.5, 64: 8.8, 256: 34.0}
 
@@ -115,11 +118,11 @@ def test_a_cold_start_pays_where_the_plans_say_verifying_is_cheap():
     never started. Priced from the plans it is 24%, and it starts."""
     alpha = AdaptiveWindow().acceptance.prior()
     draft_plan = {rows: 0.3 * s for rows, s in TARGET_PLAN.items()}
-    assert not startup_pays(_cold(), 1, alpha, 8, PROMPT, LEFT)
-    assert startup_pays(_cold(TARGET_PLAN, draft_plan), 1, alpha, 8, PROMPT, LEFT)
+    assert not startup_pays(_cold(), START, alpha, 8, BLIND)
+    assert startup_pays(_cold(TARGET_PLAN, draft_plan), START, alpha, 8, BLIND)
     # A plan where five rows cost what the prefill line says still does not start.
     steep = {rows: 1.0 + 0.033 * (rows - 1) for rows in BUCKETS}
-    assert not startup_pays(_cold(steep, draft_plan), 1, alpha, 8, PROMPT, LEFT)
+    assert not startup_pays(_cold(steep, draft_plan), START, alpha, 8, BLIND)
 
 
 def _tiny_pair_engine(tokenizer, window):

@@ -24,6 +24,7 @@ from specdec.window.acceptance import step_counts
 from specdec.window.costs import expected_tokens
 
 FIRST_TIMINGS = WindowConfig().first_timings
+BLIND = 2 * WindowConfig().explore_share  # the gain a start needs before any draft is seen
 PLAIN = lambda: FixedWindow(0)  # noqa: E731
 
 
@@ -75,18 +76,34 @@ def best_fixed(a, cost, ks=range(9), **run):
     return max(decode(lambda k=k: FixedWindow(k), a, cost, **run) for k in ks)
 
 
+def warmed(plain_s, rows=1, **config) -> AdaptiveWindow:
+    """A window past its warm-up: `first_timings` plain steps of `plain_s` at `rows`."""
+    w = AdaptiveWindow(**config)
+    for _ in range(FIRST_TIMINGS):
+        feed(w, rows, 0, plain_s, 0.0, [], [])
+    return w
+
+
 # ---- The model and its costs -------------------------------------------------------------
 
 
-def test_expected_tokens_and_the_window_that_maximises_the_modelled_speed():
+def cheap(t, ctx=0):  # a pass of t tokens a row: 2% a token dearer than a plain step
+    return 1 + 0.02 * (t - 1)
+
+
+def test_after_warm_up_and_a_look_the_window_maximises_the_modelled_speed():
     assert expected_tokens([0.5, 1.0], 2) == 1 + 0.5 + 0.5 and expected_tokens([], 3) == 1
-    a, c, v = 0.8, 0.2, lambda t, ctx: 1 + 0.02 * (t - 1)
-    best = max(range(9), key=lambda k: expected_tokens([a], k) / (k * c + v(k + 1, 0)))
+    a, c = 0.8, 0.2
+    best = max(range(9), key=lambda k: expected_tokens([a], k) / (k * c + cheap(k + 1)))
     trace = []
-    rate = decode(AdaptiveWindow, a, steps(c, v), tokens=600, seeds=[0], trace=trace)
-    ks = [k for _, k in trace[100:]]
+    rate = decode(AdaptiveWindow, a, steps(c, cheap), tokens=600, seeds=[0], trace=trace)
+    phases, ks = [p for p, _ in trace], [k for _, k in trace[100:]]
+    assert phases[:FIRST_TIMINGS] == [Phase.WARM_UP] * FIRST_TIMINGS
+    assert trace[FIRST_TIMINGS] == (Phase.LOOK, 1)
+    assert {Phase.WIDE_PROBE, Phase.PLAIN_PROBE} <= set(phases)  # probes while drafting
+    assert phases[-1] in (Phase.DRAFT, Phase.WIDE_PROBE, Phase.PLAIN_PROBE)
     assert abs(max(set(ks), key=ks.count) - best) <= 1
-    assert rate > 0.9 * expected_tokens([a], best) / (best * c + v(best + 1, 0))
+    assert rate > 0.9 * expected_tokens([a], best) / (best * c + cheap(best + 1))
 
 
 def test_a_verify_curve_rises_and_predicts_nothing_from_zero_seconds():
@@ -179,20 +196,6 @@ def test_a_fixed_window_and_a_bad_config():
 # ---- Phases and transitions --------------------------------------------------------------
 
 
-def cheap(t, ctx=0):
-    return 1 + 0.02 * (t - 1)
-
-
-def test_the_phases_run_warm_up_look_then_drafting():
-    trace = []
-    decode(AdaptiveWindow, 0.9, steps(0.1, cheap), tokens=300, seeds=[0], trace=trace)
-    phases = [p for p, _ in trace]
-    assert phases[:FIRST_TIMINGS] == [Phase.WARM_UP] * FIRST_TIMINGS
-    assert trace[FIRST_TIMINGS] == (Phase.LOOK, 1)
-    assert phases[-1] in (Phase.DRAFT, Phase.WIDE_PROBE, Phase.PLAIN_PROBE)
-    assert {Phase.WIDE_PROBE, Phase.PLAIN_PROBE} <= set(phases)  # probes while drafting
-
-
 def test_off_it_probes_and_drafts_again_once_acceptance_recovers():
     w = AdaptiveWindow(probe_every=4)
     trace = []
@@ -206,10 +209,8 @@ def test_off_it_probes_and_drafts_again_once_acceptance_recovers():
 
 def _looking_window() -> AdaptiveWindow:
     """The int4 pair (draft ratio 0.27, 47 ms plain steps) about to take its first look."""
-    w = AdaptiveWindow()
+    w = warmed(0.047)
     price(w, ratio=0.27)
-    for _ in range(FIRST_TIMINGS):
-        feed(w, 1, 0, 0.047, 0.0, [], [])
     assert pick(w, 1) == 1
     return w
 
@@ -235,9 +236,8 @@ def _after_a_look_rejected_in_a_slow_moment(seed, a=0.8) -> tuple[float, int]:
     """bf16 256 x 4 as the bench runs it (one draw a step): plain 0.145 s, a 2-token pass
     1.09x, a draft token 0.025 s; the look's one step timed slow and its draw rejected. The
     rest of a 64-token run: (speedup over plain, steps that drafted)."""
-    rng, window, plain = random.Random(seed), AdaptiveWindow(), 0.145
-    for _ in range(FIRST_TIMINGS):
-        feed(window, 4, 0, plain, 0.0, [], [])
+    rng, plain = random.Random(seed), 0.145
+    window = warmed(plain, rows=4)
     window.phase = Phase.DRAFT  # the look, started by `choose`
     feed(window, 4, 1, 0.185, 0.033, [1], [0], progress=1)
     done, behind, spent, drafted = 2, 0, 0.0, 0
@@ -275,9 +275,7 @@ def test_one_early_rejection_does_not_end_drafting():
     chat request's drafting where k = 3 ran 1.07-1.26x plain)."""
 
     def drafted_then_rejected():
-        window = AdaptiveWindow()
-        for _ in range(FIRST_TIMINGS):
-            feed(window, 1, 0, 0.022, 0.0, [], [])
+        window = warmed(0.022)
         feed(window, 1, 1, 0.0255, 0.0105, [1], [1], draft_first_s=0.0105)
         feed(window, 1, 3, 0.0327, 0.0297, [1, 0, 0], [0, 0, 0], draft_first_s=0.0105)
         return window
@@ -293,11 +291,7 @@ def test_one_early_rejection_does_not_end_drafting():
 # ---- The floor guard ---------------------------------------------------------------------
 
 
-def _guarded(**config) -> AdaptiveWindow:
-    w = AdaptiveWindow(k_max=4, evidence=4, backoff=5, **config)
-    for _ in range(FIRST_TIMINGS):  # plain: 1 s a token
-        feed(w, 1, 0, 1.0, 0.0, [], [])
-    return w
+GUARDED = dict(k_max=4, evidence=4, backoff=5)  # plain steps of 1 s a token
 
 
 def _check(w, seconds, accepted):
@@ -308,7 +302,7 @@ def _check(w, seconds, accepted):
 
 
 def test_the_guard_backs_off_doubling_and_resets_once_a_check_passes():
-    w = _guarded()
+    w = warmed(1.0, **GUARDED)
 
     def off_for():
         n = 0
@@ -333,9 +327,7 @@ def test_the_guard_credits_how_far_a_batch_job_went():
     (1.02x) where the batch went 1.41 (0.96x)."""
 
     def guarded(whole_batch):
-        w = AdaptiveWindow(k_max=4, evidence=4, backoff=5)
-        for _ in range(FIRST_TIMINGS):
-            feed(w, 2, 0, 1.0, 0.0, [], [])
+        w = warmed(1.0, rows=2, **GUARDED)
         for _ in range(w.config.evidence):  # 2 tied rows, one keeps its draft
             w.observe(StepRecord(2, 1, 2, drafted=(1, 1), accepted=(1, 0), left=(9, 9),
                                  left_after=(7, 8), whole_batch=whole_batch, draft_s=0.05,
@@ -348,7 +340,7 @@ def test_the_guard_credits_how_far_a_batch_job_went():
 def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
     """A trip is about the text at hand (it left the fourth of four chat requests plain where
     k = 3 paid); a repeated one stands, and rows joining a live batch forget nothing."""
-    w = _guarded()
+    w = warmed(1.0, **GUARDED)
     _check(w, 2.0, 0)
     feed_prefill(w, 1, 10, 10, 0.1)  # joins live rows
     assert pick(w, 1) == 0
@@ -406,7 +398,7 @@ def test_never_slower_than_plain_where_no_window_pays_much(host):
 
 def test_the_floor_check_fails_without_a_rising_curve(monkeypatch):
     """The check that the stale-plain case can fail: the curve as timed."""
-    monkeypatch.setattr(costs_module, "_rising", lambda table, least=None: table)
+    monkeypatch.setattr(costs_module, "_rising", lambda table, least: table)
     _, system = FLOOR["stale-plain"]
     assert decode(AdaptiveWindow, **system) < 0.97 * decode(PLAIN, **system)
 
@@ -548,9 +540,7 @@ def test_a_catch_up_is_paid_where_the_generation_repays_it():
 
 
 def test_a_catch_up_is_priced_from_the_prefill_until_one_is_timed():
-    w = AdaptiveWindow()
-    for _ in range(FIRST_TIMINGS):
-        w.observe(StepRecord(1, 0, 1, drafted=(0,), accepted=(0,), left=(99,), verify_s=0.04))
+    w = warmed(0.04)
     w.observe(StepRecord(1, prefilled=(1000,), prefill_s=2.0, fresh=True))  # 2 ms a token
     w.costs.draft_ratio = 0.25
     assert pricing.catch_up_time(w.costs, 1000) == pytest.approx(0.5)  # 1,000 x 2 ms x 0.25
@@ -579,7 +569,7 @@ def test_a_cheap_look_measures_a_drafter_the_prior_would_never_start(a):
             assert auto >= (0.9 if requests == 1 else 0.975) * plain
     window = AdaptiveWindow()  # the blind bar alone: four requests never draft
     window._may_start = lambda batch: startup_pays(
-        window.costs, 1, window.acceptance.prior(), 8, batch.catch_up, batch.remaining
+        window.costs, batch, window.acceptance.prior(), 8, BLIND
     )
     one = dict(a=a, requests=4, seeds=[0], **INT4_PAIR)
     assert serve(lambda: window, **one)[0] == pytest.approx(serve(PLAIN, **one)[0])
@@ -649,12 +639,14 @@ def test_a_blind_start_takes_no_marginal_bet(name, starts):
     rows, plain_s, prompt, prefill_s, left = STARTUPS[name]
     costs = _startup_costs(rows, plain_s, prompt, prefill_s)
     alpha = AdaptiveWindow().acceptance.prior()
-    assert startup_pays(costs, rows, alpha, 8, rows * prompt, left) is starts
-    assert startup_pays(costs, rows, alpha, 8, rows * prompt, left, min_gain=0.0)
+    start = Batch(rows, left, rows * prompt)
+    assert startup_pays(costs, start, alpha, 8, BLIND) is starts
+    assert startup_pays(costs, start, alpha, 8, min_gain=0.0)
     if name in ("1x1024", "2x256"):  # priced at k = 1 it would not start; at 8 it may
         longer = 127 if name == "1x1024" else left
-        assert not startup_pays(costs, rows, alpha, 1, rows * prompt, longer)
-        assert startup_pays(costs, rows, alpha, 8, rows * prompt, longer)
+        longer = Batch(rows, longer, rows * prompt)
+        assert not startup_pays(costs, longer, alpha, 1, BLIND)
+        assert startup_pays(costs, longer, alpha, 8, BLIND)
 
 
 def test_a_start_keeps_its_curve_when_the_batch_shrinks():
@@ -679,7 +671,7 @@ def test_a_look_is_priced_per_row_and_later_starts_on_what_was_measured():
     assert not window._may_start(Batch(rows, left, rows * prompt))  # 8 rows: too dear
     one = AdaptiveWindow()
     one.costs = _startup_costs(1, 0.033, 46, 0.5, ratio=0.32)
-    assert not startup_pays(one.costs, 1, one.acceptance.prior(), 8, 46, 63)
+    assert not startup_pays(one.costs, Batch(1, 63, 46), one.acceptance.prior(), 8, BLIND)
     assert one._may_start(Batch(1, 63, 46))  # one row: a look
     for good, (reached, kept) in {True: ([1, 1], [1, 1]), False: ([1, 0], [0, 0])}.items():
         informed = AdaptiveWindow()
@@ -712,9 +704,7 @@ def test_a_probe_restarts_a_lazy_draft_where_its_catch_up_is_cheap():
     `explore_share` of the decoding ahead), not refused as a start on the poor estimate."""
 
     def probe(remaining, catch_up_s=0.100):
-        window = AdaptiveWindow(probe_every=4)
-        for _ in range(FIRST_TIMINGS):
-            feed(window, 1, 0, 0.022, 0.0, [], [])
+        window = warmed(0.022, probe_every=4)
         for _ in range(3):  # every first draft rejected
             feed(window, 1, 1, 0.026, 0.011, [1], [0], draft_first_s=0.011)
         feed_catch_up(window, 46, catch_up_s)
