@@ -525,5 +525,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run() -> None:
+    """The `specdec` console command: `main`, then the process ends without Python's ~1 s
+    teardown of a loaded model (`specdec.fast_exit`); `main(argv)` itself returns."""
+    from specdec.fast_exit import exit_process
+
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

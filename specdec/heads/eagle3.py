@@ -88,6 +88,7 @@ class Eagle3Config:
                 f"eagle3 head config: eagle_aux_hidden_state_layer_ids must name 3 layers, "
                 f"got {list(self.aux_layer_ids)}"
             )
+        check_distinct_layers(self.aux_layer_ids)
 
     # what the eagle drafter reads (`specdec.drafters.eagle`)
     @property
@@ -149,6 +150,7 @@ class Eagle3Config:
         aux = data.get("eagle_aux_hidden_state_layer_ids") or default_aux_layers(target_layers)
         # vLLM hands the states over in increasing layer order whatever the list's order
         # (`_set_aux_hidden_state_layers` sorts), so fc's column blocks follow that order.
+        check_distinct_layers(tuple(aux))  # before sorting: the message shows the file's list
         aux = sorted(aux)
         return cls(
             hidden_size=H,
@@ -368,9 +370,23 @@ def build_eagle3(
     return model.float()
 
 
+def check_distinct_layers(ids: tuple[int, ...]) -> None:
+    """Auxiliary layer ids must be distinct: vLLM collects the states of a set of layers, so
+    a head that lists a layer twice would be handed fewer states there than its fc reads."""
+    # vLLM 0.32 keeps tuple(sorted(set(layers))) (interfaces.py _set_aux_hidden_state_layers)
+    twice = sorted({i for i in ids if list(ids).count(i) > 1})
+    if twice:
+        raise InvalidParameterError(
+            f"eagle3 head: eagle_aux_hidden_state_layer_ids {list(ids)} repeat layer "
+            f"{', '.join(map(str, twice))}: vLLM hands over each layer's state once, so it "
+            f"would feed {len(set(ids))} states to an fc that reads {len(ids)}; name "
+            f"{len(ids)} distinct layers"
+        )
+
+
 def check_aux_layers(ids: tuple[int, ...], num_layers: int) -> None:
-    """Auxiliary layer ids must name layers of the target (0 .. L-1), in increasing order:
-    vLLM concatenates the states in that order, so a head built on another order would
+    """Auxiliary layer ids must name distinct layers of the target (0 .. L-1), in increasing
+    order: vLLM concatenates the states in that order, so a head built on another order would
     draft differently there than here."""
     bad = [i for i in ids if not 0 <= i < num_layers]
     if bad:
@@ -378,6 +394,7 @@ def check_aux_layers(ids: tuple[int, ...], num_layers: int) -> None:
             f"eagle3 head: eagle_aux_hidden_state_layer_ids {list(ids)} name layers outside "
             f"the target's 0..{num_layers - 1} ({num_layers} layers)"
         )
+    check_distinct_layers(ids)
     if list(ids) != sorted(ids):
         raise IncompatibleDraftError(
             f"eagle3 head: eagle_aux_hidden_state_layer_ids {list(ids)} must be in increasing "

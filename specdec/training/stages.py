@@ -43,6 +43,7 @@ from specdec.heads.eagle3 import (
     Eagle3Head,
     build_eagle3,
     check_aux_layers,
+    check_distinct_layers,
     default_aux_layers,
     load_eagle3,
 )
@@ -143,6 +144,8 @@ class TrainConfig:
             self.eagle3_layers is None or (self.kind == "eagle3" and len(self.eagle3_layers) == 3),
             "eagle3_layers: three layer ids, with kind eagle3",
         )
+        if self.eagle3_layers is not None:
+            check_distinct_layers(tuple(self.eagle3_layers))
 
     @property
     def pool_size(self) -> int:

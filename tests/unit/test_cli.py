@@ -365,7 +365,7 @@ def test_generate_with_an_eagle_head(model_dir, tmp_path, capsys):
     assert code == 0 and json.loads(out)["token_ids"] == json.loads(plain)["token_ids"]
 
 
-def test_generate_with_an_eagle3_head_in_vllms_layout(model_dir, tmp_path, capsys):
+def test_generate_with_an_eagle3_head_in_vllms_layout(tmp_path, capsys):
     """`--draft EAGLE3_DIR` (vLLM's `llama_eagle3` layout) drafts chains and trees with
     the target's output; a head whose `d2t` leaves the vocabulary is refused in one line."""
     import torch
@@ -374,8 +374,11 @@ def test_generate_with_an_eagle3_head_in_vllms_layout(model_dir, tmp_path, capsy
     from specdec.heads.eagle3 import build_eagle3
     from specdec.models.loading import load_transformer
 
+    model_dir = tmp_path / "tiny3"  # three layers: the head reads three distinct ones
+    hf_tiny("qwen2", num_hidden_layers=3).save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
     target = load_transformer(model_dir, "fp32")
-    head = build_eagle3(target, torch.arange(0, 97, 2), 32, n_predict=2, aux_layer_ids=(0, 1, 1))
+    head = build_eagle3(target, torch.arange(0, 97, 2), 32, n_predict=2, aux_layer_ids=(0, 1, 2))
     head.save(tmp_path / "eagle3")
     base = ["generate", "--model", str(model_dir), "--dtype", "fp32", "--json"]
     base += ["--max-tokens", "12", "--ignore-eos", "abcabcabc"]

@@ -312,7 +312,7 @@ _CONFIGS = {
     "eagle": (EagleConfig, dict(_LAYER, vocab_size=10, target_vocab_size=97)),
     "eagle3": (
         Eagle3Config,
-        dict(_LAYER, draft_vocab_size=10, target_vocab_size=97, aux_layer_ids=(0, 1, 1)),
+        dict(_LAYER, draft_vocab_size=10, target_vocab_size=97, aux_layer_ids=(0, 1, 2)),
     ),
 }
 

@@ -16,6 +16,7 @@ from specdec.drafters.base import PassStates
 from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
 from specdec.errors import (
     IncompatibleDraftError,
+    InvalidParameterError,
     ModelIntegrityError,
     ModelNotFoundError,
     UnsupportedModelError,
@@ -315,6 +316,19 @@ def test_layer_ids_in_another_order_mean_vllms_increasing_order(target, tmp_path
         assert torch.equal(loaded.combine(a), head.combine(a))
     with pytest.raises(IncompatibleDraftError, match=r"\[3, 0, 2\] must be in increasing"):
         build_eagle3(target, aux_layer_ids=(3, 0, 2))
+
+
+def test_repeated_layer_ids_are_refused_at_load_and_build(target, tmp_path):
+    # vLLM collects the states of a set of layers: [0, 2, 2] would hand its fc 2 states of 3
+    head = random_head(target)
+    head.save(tmp_path / "h")
+    _edit(tmp_path / "h", config=lambda c: c.update(eagle_aux_hidden_state_layer_ids=[2, 0, 2]))
+    message = r"\[2, 0, 2\] repeat layer 2: vLLM hands over each layer's state once"
+    with pytest.raises(ModelIntegrityError, match=message) as err:
+        load_eagle3(tmp_path / "h", target)
+    assert "config.json" in str(err.value) and "3 distinct layers" in str(err.value)
+    with pytest.raises(InvalidParameterError, match=r"\[0, 2, 2\] repeat layer 2"):
+        build_eagle3(target, aux_layer_ids=(0, 2, 2))
 
 
 @pytest.mark.parametrize(

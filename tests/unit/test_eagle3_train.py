@@ -70,6 +70,8 @@ def test_bad_settings_are_refused():
         _eagle3(stage1_labels="target")
     with pytest.raises(InvalidParameterError, match="three layer ids"):
         _eagle3(eagle3_layers=(1, 2))
+    with pytest.raises(InvalidParameterError, match=r"\[1, 3, 3\] repeat layer 3"):
+        _eagle3(eagle3_layers=(1, 3, 3))
 
 
 def test_cli_trains_an_eagle3_head_that_drafts(tmp_path, capsys):

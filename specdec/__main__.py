@@ -1,0 +1,5 @@
+"""`python -m specdec`: the `specdec` command."""
+
+from specdec.cli import run
+
+run()
