@@ -99,6 +99,12 @@ def prefill_ways(layers, x):
     """The ways a prefill's product from 4-bit weights can run, by name."""
     q4_gemv = native.q4_gemv()
     ways = {"q4_native": lambda: [q4_gemv(x[w.shape[1]], *w.tensors()) for w in layers]}
+    if native.q4_tiles() is not None:
+        tiles = [native.q4_tiles()(*w.tensors()) for w in layers]
+        pairs = list(zip(layers, tiles, strict=True))
+        ways["q4_native, tiles"] = lambda: [
+            q4_gemv(x[w.shape[1]], *w.tensors(), None, t) for w, t in pairs
+        ]
     from specdec.kernels.quant import Int4Linear, _q4_panels
 
     int4 = [Int4Linear.from_blocks(w, torch.float32, tiles=False) for w in layers]

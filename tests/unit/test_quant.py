@@ -231,8 +231,9 @@ def tile_kernels(monkeypatch):
 
 
 def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(tile_kernels):
-    """AVX-512 builds read int4 weights re-ordered into tiles of 16 output rows (q4_kernel.h:
-    a third of the instructions per extra row of a verify pass). The tile path sums each
+    """Every build can read int4 weights re-ordered into tiles of 16 output rows (q4_kernel.h:
+    fewer instructions per extra row of a verify pass: a third with AVX-512 VNNI, 9
+    multiplies per 256 products where rows take 16 with AVX2). The tile path sums each
     super-block's exact integers into two fused multiply-adds, so it is held to the float64
     reference as tightly as the row layout, and row by row equal to one-row calls (a decode
     step and a verify pass agree bitwise), for 1..9, 12, 16 and a prefill's rows in several
@@ -242,7 +243,7 @@ def test_native_q4_tile_layout_matches_the_reference_and_is_batch_invariant(tile
     op, tiles = tile_kernels
     if tiles is None:
         assert Int4Linear(torch.nn.Linear(64, 32)).tiles.numel() == 0
-        pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
+        pytest.skip("no native int4 build on this machine")
     torch.manual_seed(0)
     for n, k in ((16, 64), (48, 576), (32, 896), (64, 1536)):
         q4 = q4_quantize(torch.randn(n, k) * 0.05)
@@ -284,7 +285,7 @@ def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(
 
     op, tiles = tile_kernels
     if tiles is None:
-        pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
+        pytest.skip("no native int4 build on this machine")
     try:
         torch.manual_seed(0)
         q4 = q4_quantize(torch.randn(64, 896) * 0.05)
@@ -330,7 +331,7 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
 
     op, tiles = tile_kernels
     if tiles is None:
-        pytest.skip("no tile path in this machine's native build (AVX-512 VNNI)")
+        pytest.skip("no native int4 build on this machine")
     model = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=128)), "int4")
     assert model.decode_stack is not None
     layers = tuning._tiled_int4(model)
@@ -392,8 +393,7 @@ torch.save(outs, sys.argv[1])
 def test_native_q4_avx512_build_computes_what_the_avx2_build_does(tmp_path):
     """Where the CPU has AVX-512 VNNI the int4 kernel's row layout takes a wider path; its
     integer lanes fold into AVX2's, so both builds give the same floats for it (and the
-    AVX2 path, which CI machines without AVX-512 run, is checked here too). The tile
-    layout, AVX-512 only, sums in another order: last bits apart, as the bf16 builds are."""
+    AVX2 path, which CI machines without AVX-512 run, is checked here too)."""
     import os
     import subprocess
     import sys
