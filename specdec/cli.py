@@ -339,11 +339,23 @@ def _serve(args, llm, sync) -> None:
         learner=llm.learner,
     )
     print(f"specdec: serving {name} on http://{args.host}:{args.port}/v1", flush=True)
+    _unwind_on_sigterm()
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     finally:
         if llm.learner is not None:
             llm.learner.close()  # the heads learnt so far, into --draft
+
+
+def _unwind_on_sigterm() -> None:
+    """Make a SIGTERM a `SystemExit(143)`, where nothing else handles it. uvicorn shuts down
+    gracefully on one and then raises it again; by default that killed the process before
+    `_serve`'s `finally` and the atexit handlers (the learner's last heads, `auto`'s stored
+    costs). A handler set before (a tensor-parallel rank's) is left alone."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
 
 
 def cmd_bench_serve(args) -> None:
@@ -481,7 +493,6 @@ def cmd_train_speculator(args) -> None:
 
 def cmd_models(args) -> None:
     from specdec import hub
-
 
     if args.models_cmd == "list":
         for row in hub.list_models():

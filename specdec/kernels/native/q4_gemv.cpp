@@ -15,12 +15,15 @@
 //   w[n, k] = d[n, s] * sc[n, g] * q[n, k] - dmin[n, s] * mn[n, g], g = k / 32, s = k / 256
 // Activations, per row r and super-block s: dx = max|x| / 127, xq = round(x * 127 / max|x|).
 //
-// Each output sums, per super-block s, two exact integers (I: sum over groups of sc times the
-// group's products q . xq; M: sum of mn times the group's sum of xq) into
-//   y += I * (d dx) - M * (dmin dx)   (two fused multiply-adds, in order of s),
-// in every build and layout (q4_kernel.h's add_block), so they agree bitwise.
-// Any build may take the weights in the tile layout (`q4_tiles`, q4_kernel.h), which takes
-// fewer instructions per extra row (AVX-512: a third; AVX2: 9 multiplies where rows take 16).
+// The row layout sums each output's exact integer products in 8 lanes and folds them into 8
+// float partial sums per super-block (added up at the end). Any build may also take the
+// weights in the tile layout (`q4_tiles`, q4_kernel.h), which takes fewer instructions per
+// extra row (AVX-512: a third; AVX2: 9 multiplies where rows take 16); there each output sums,
+// per super-block s, two exact integers (I: sum over groups of sc times the group's products
+// q . xq; M: sum of mn times the group's sum of xq) into
+//   y += I * (d dx) - M * (dmin dx)   (two fused multiply-adds, in order of s).
+// Either layout computes the same floats in the AVX2 and the AVX-512 builds; the two layouts
+// differ in the last bits, so a layer keeps one layout for every row count.
 //
 // Batch-invariant: each row's result is computed by the same operations in the same order
 // whatever the number of rows, so a one-token decode step and a verify pass agree bitwise.

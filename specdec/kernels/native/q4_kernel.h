@@ -448,14 +448,8 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
     const uint8_t* blk = base + s * TILE_BLOCK;
     const int64_t groups = std::min<int64_t>(GROUPS, (K - s * SB) / 32);  // even: K % 64 == 0
     for (int h = 0; h < 2; ++h) {
-      // Integer sums in memory, touched once a group: in registers beside a group's 8
-      // unpacked weight vectors they spilled, and the compiler then spilled every product.
-      alignas(32) int32_t I[R][8];
-      __m256i M[R];
-      for (int r = 0; r < R; ++r) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(I[r]), _mm256_setzero_si256());
-        M[r] = _mm256_setzero_si256();
-      }
+      __m256i I[R], M[R];
+      for (int r = 0; r < R; ++r) I[r] = M[r] = _mm256_setzero_si256();
       for (int64_t g = 0; g < groups; ++g) {
         if (h == 0) prefetch_ahead<L2>(blk, g, groups);
         const __m256i s32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + TILE_QS + g * TILE + 8 * h)));
@@ -470,8 +464,7 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
           const int32_t* x4 = reinterpret_cast<const int32_t*>(xq + r * X + s * SB + g * 32);
           __m256i sum = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(x4[0]));
           for (int j = 1; j < 8; ++j) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(w[j], _mm256_set1_epi32(x4[j])));
-          __m256i* acc = reinterpret_cast<__m256i*>(I[r]);
-          _mm256_store_si256(acc, _mm256_add_epi32(_mm256_load_si256(acc), _mm256_madd_epi16(sum, scale)));
+          I[r] = _mm256_add_epi32(I[r], _mm256_madd_epi16(sum, scale));
         }
       }
       for (int64_t p = 0; p < groups / 2; ++p) {
@@ -487,7 +480,7 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
       for (int r = 0; r < R; ++r) {  // add_block for 8 outputs
         const __m256 dxr = _mm256_set1_ps(dx[r * S + s]);
         __m256 acc = _mm256_load_ps(f[r] + 8 * h);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(I[r]))), _mm256_mul_ps(ds, dxr), acc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[r]), _mm256_mul_ps(ds, dxr), acc);
         acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M[r]), _mm256_mul_ps(dmins, dxr), acc);
         _mm256_store_ps(f[r] + 8 * h, acc);
       }
