@@ -74,10 +74,14 @@ def resident_estimate(cfg: ModelConfig, dtype: torch.dtype, quant: str) -> int:
     return int(cfg.vocab_size * cfg.hidden_size * size + (layers + head) * per_weight)
 
 
-def estimate_bytes(cfg: ModelConfig, dtype: torch.dtype, quant: str, device: str = "cpu") -> int:
+def estimate_bytes(
+    cfg: ModelConfig, dtype: torch.dtype, quant: str, device: str = "cpu", *, stored: bool = False
+) -> int:
     """The most a load holds: `resident_estimate` plus its largest transient (a quantizing
-    load: one fused projection read and concatenated; a whole load: the checkpoint's
-    tensors while they are adopted). 0 on a GPU (another budget)."""
+    load: one fused projection read and concatenated, and for int4 the native kernel's tile
+    layout built beside the blocks until the store is written; a whole load: the
+    checkpoint's tensors while they are adopted). `stored`: an int4 model mapped from its
+    store, which reads one of the two layouts. 0 on a GPU (another budget)."""
     if torch.device(device).type != "cpu":
         return 0
     size = torch.finfo(dtype).bits // 8
@@ -86,6 +90,8 @@ def estimate_bytes(cfg: ModelConfig, dtype: torch.dtype, quant: str, device: str
         transient = (layers + head) * size
     else:
         transient = 2 * 2 * cfg.intermediate_size * cfg.hidden_size * size  # gate/up: parts + cat
+        if quant == "int4" and not stored:
+            transient += (layers + head) * INT4_BYTES  # the tiles (kernels/quant.py)
     return resident_estimate(cfg, dtype, quant) + int(transient)
 
 

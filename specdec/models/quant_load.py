@@ -55,11 +55,13 @@ def load_model(
     shard: `specdec.distributed.sharding.load_shard`, then `kernels.quantize`.)"""
     path = Path(path)
     device = torch.device(device)
+    stores = quant == "int4" and device.type == "cpu" and path.is_dir() and store.enabled()
     if path.is_dir():
         cfg = ModelConfig.from_dir(path)
-        needs = footprint.estimate_bytes(cfg, torch_dtype(dtype), quant, device)
+        stored = stores and _store(path, dtype, gguf).file.is_file()
+        needs = footprint.estimate_bytes(cfg, torch_dtype(dtype), quant, device, stored=stored)
         footprint.check_fits(f"{what} ({quant if quant != 'none' else dtype})", needs)
-    if quant == "int4" and device.type == "cpu" and path.is_dir() and store.enabled():
+    if stores:
         return load_stored(path, dtype, gguf)
     if quant != "none" and device.type == "cpu":
         return load_quantized(path, dtype, quant, gguf)
@@ -70,7 +72,7 @@ def load_stored(path: Path, dtype: str, gguf: Path | None = None) -> Transformer
     """The int4 model of `path` (and `gguf`) mapped from its store (`models.store`), built
     by `load_quantized` and stored where there is none yet. A model just stored is read
     back from the file, so the first process also holds mapped weights, not a copy."""
-    model_store = store.ModelStore.for_sources(path, dtype, "int4", gguf, cache_root() / "int4")
+    model_store = _store(path, dtype, gguf)
     cfg, torch_type = ModelConfig.from_dir(path), torch_dtype(dtype)
     model = model_store.load(cfg, torch_type)
     if model is None:
@@ -79,6 +81,10 @@ def load_stored(path: Path, dtype: str, gguf: Path | None = None) -> Transformer
             del model
             model = model_store.load(cfg, torch_type) or load_quantized(path, dtype, "int4", gguf)
     return with_decode_stack(model)
+
+
+def _store(path: Path, dtype: str, gguf: Path | None) -> store.ModelStore:
+    return store.ModelStore.for_sources(path, dtype, "int4", gguf, cache_root() / "int4")
 
 
 def load_quantized(
