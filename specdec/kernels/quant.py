@@ -170,7 +170,7 @@ class Int4Linear(Linear):
         # machine (`tuning.tune_layout`): on a Zen 4, 4 rows cost 1.05x one row in tiles and
         # 1.6x in rows (the 1.5B's 28 layers), but one row of the 0.5B's head streamed 1.2x
         # faster in rows; on an Intel Xeon with AMX the whole 0.5B steps 1.45x faster in
-        # tiles; on a Zen 3 (AVX2) 16 rows cost 0.61x what they do in rows
+        # tiles; on a Zen 3 (AVX2) 9 rows cost 0.82x and 16 rows 0.68x what they do in rows
         # (docs/benchmarks.md, AVX2).
         to_tiles = native.q4_tiles() if tiles is not False else None
         laid = torch.empty(0, dtype=torch.uint8)
