@@ -22,8 +22,9 @@
 // per super-block s, two exact integers (I: sum over groups of sc times the group's products
 // q . xq; M: sum of mn times the group's sum of xq) into
 //   y += I * (d dx) - M * (dmin dx)   (two fused multiply-adds, in order of s).
-// Either layout computes the same floats in the AVX2 and the AVX-512 builds; the two layouts
-// differ in the last bits, so a layer keeps one layout for every row count.
+// The row layout computes the same floats in the AVX2 and the AVX-512 builds (tested); the
+// tile layout takes the same operations per output in both (not yet compared on a machine).
+// The two layouts differ in the last bits, so a layer keeps one layout for every row count.
 //
 // Batch-invariant: each row's result is computed by the same operations in the same order
 // whatever the number of rows, so a one-token decode step and a verify pass agree bitwise.

@@ -431,7 +431,8 @@ void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const f
 // sum in int16 (16 products: at most 16 * 15 * 127 = 30480), and one `vpmaddwd` by the
 // group's scales (in both int16 halves of a lane) adds the lane's pair: 9 multiplies per
 // 256 products a row where the row layout takes 16. The integer sums, and the float steps
-// on them, are the AVX-512 path's exactly: both builds give the same floats.
+// on them, are the AVX-512 path's operation for operation, so both builds should give the
+// same floats (not yet compared on a machine with both).
 template <int R, bool L2>
 void tile_rows(const Activations& a, int64_t row0, const uint8_t* tiles, const float* bias,
                float* y, int64_t K, int64_t N, int64_t S, int64_t t) {
