@@ -81,11 +81,14 @@ class GGUFWeights:
     """The tensors of one GGUF file, read through a memory map when asked for."""
 
     def __init__(self, path: Path) -> None:
-        from gguf import GGMLQuantizationType, GGUFReader
+        from gguf import GGMLQuantizationType
+
+        from specdec.gguf_file import GGUFFile
 
         self.path = Path(path)
+        self.file = GGUFFile(self.path)
         self.tensors = {
-            t.name.removesuffix(".weight"): t for t in GGUFReader(self.path, "r").tensors
+            name.removesuffix(".weight"): info for name, info in self.file.tensors.items()
         }
         self.q4_k = GGMLQuantizationType.Q4_K
 
@@ -93,7 +96,7 @@ class GGUFWeights:
         """4-bit weights for the native layer `name` whose loaded weight is `weight` [N, K]:
         the file's blocks where it has Q4_K that matches, re-quantized rows elsewhere."""
         names = self._parts(name)
-        rows = [int(self.tensors[p].shape[-1]) for p in names]  # GGUF shapes are [K, N]
+        rows = [self.tensors[p].shape[0] for p in names]  # [N, K]
         if sum(rows) != weight.shape[0]:
             raise ValueError(
                 f"{name}: the file's parts have {sum(rows)} rows, the model {weight.shape[0]}"
@@ -102,8 +105,8 @@ class GGUFWeights:
         for gguf_name, count in zip(names, rows, strict=True):
             loaded, start = weight[start : start + count], start + count
             tensor = self.tensors[gguf_name]
-            if tensor.tensor_type == self.q4_k:
-                mapped = q4_k_blocks(np.asarray(tensor.data))
+            if tensor.ggml_type == self.q4_k:
+                mapped = q4_k_blocks(np.asarray(self.file.raw(tensor.name)))
                 if _matches(mapped, loaded):
                     parts.append(mapped)
                     report.exact.append(gguf_name)

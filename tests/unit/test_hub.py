@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_gguf import write_tiny_gguf
 
 from specdec import hub
 from specdec.errors import (
@@ -90,74 +91,6 @@ def fake_model(site, monkeypatch):
 
 def no_pip(*args, **kwargs):
     raise AssertionError("pip must not run in this test")
-
-
-# --------------------------------------------------------------------------- tiny GGUF files
-
-
-def byte_level_tokens() -> list[str]:
-    """The 256 byte-level BPE symbols (GPT-2's printable spelling of every byte)."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    return list(bytes_to_unicode().values())
-
-
-def write_tiny_gguf(path: Path, arch: str = "llama", seed: int = 0) -> dict[str, np.ndarray]:
-    """A 1-layer model with random F32 weights and a byte-level BPE tokenizer in its metadata.
-
-    Returns the tensors written, in the HF layout GGUFWriter takes them in.
-    """
-    import gguf
-
-    tokens = byte_level_tokens() + ["\u0120t", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    types = [gguf.TokenType.NORMAL] * (len(tokens) - 3) + [gguf.TokenType.CONTROL] * 3
-    vocab, hidden, ffn, heads, kv_heads = len(tokens), 16, 32, 2, 1
-    head_dim = hidden // heads
-
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_name("tiny test model")
-    writer.add_context_length(64)
-    writer.add_embedding_length(hidden)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(ffn)
-    writer.add_head_count(heads)
-    writer.add_head_count_kv(kv_heads)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_freq_base(10000.0)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(["\u0120 t"])
-    writer.add_bos_token_id(vocab - 3)
-    writer.add_eos_token_id(vocab - 1)
-    writer.add_chat_template(
-        "{% for m in messages %}<|im_start|>{{ m.content }}<|im_end|>{% endfor %}"
-    )
-
-    rng = np.random.default_rng(seed)
-    shapes = {
-        "token_embd.weight": (vocab, hidden),
-        "blk.0.attn_norm.weight": (hidden,),
-        "blk.0.attn_q.weight": (heads * head_dim, hidden),
-        "blk.0.attn_k.weight": (kv_heads * head_dim, hidden),
-        "blk.0.attn_v.weight": (kv_heads * head_dim, hidden),
-        "blk.0.attn_output.weight": (hidden, heads * head_dim),
-        "blk.0.ffn_norm.weight": (hidden,),
-        "blk.0.ffn_gate.weight": (ffn, hidden),
-        "blk.0.ffn_up.weight": (ffn, hidden),
-        "blk.0.ffn_down.weight": (hidden, ffn),
-        "output_norm.weight": (hidden,),
-        "output.weight": (vocab, hidden),
-    }
-    tensors = {n: rng.standard_normal(s).astype(np.float32) * 0.1 for n, s in shapes.items()}
-    for name, array in tensors.items():
-        writer.add_tensor(name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return tensors
 
 
 # --------------------------------------------------------------------------- registry data
