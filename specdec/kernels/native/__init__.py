@@ -117,20 +117,19 @@ def decode_stack():
 # How the int4 tile layout prefetches (q4_kernel.h's tile_prefetch): 0 into L1, 1 into L2.
 TILE_PREFETCH_LEVELS = (0, 1)
 _tile_prefetch = 0
-_loaded: dict[str, object] = {}  # name -> the module last built or loaded, for its settings
+_loaded: dict[str, object] = {}  # kernel name -> the module it was last taken from
 
 
 def set_tile_prefetch(level: int) -> None:
-    """Make the int4 tile layout prefetch into L1 (0) or L2 (1) in every native module,
-    loaded or still to load: which streams faster depends on the CPU, so it is chosen by
-    timing here (`tuning.tune_prefetch`). The products are the same either way."""
+    """Make the int4 tile layout prefetch into L1 (0) or L2 (1), in the native module loaded
+    or still to load: which streams faster depends on the CPU, so it is chosen by timing
+    here (`tuning.tune_prefetch`). The products are the same either way."""
     global _tile_prefetch
     if level not in TILE_PREFETCH_LEVELS:
         raise ValueError(f"tile prefetch level {level!r}: expected one of {TILE_PREFETCH_LEVELS}")
     _tile_prefetch = level
     for module in _loaded.values():
-        if hasattr(module, "set_tile_prefetch"):
-            module.set_tile_prefetch(level)
+        module.set_tile_prefetch(level)
 
 
 def tile_prefetch() -> int:
@@ -139,12 +138,14 @@ def tile_prefetch() -> int:
 
 
 def _module(name: str):
-    """The built module `name` with the settings in force, or None (see `_build`)."""
-    module = _build(name)
-    if module is not None:
-        _loaded[name] = module
-        if hasattr(module, "set_tile_prefetch"):
-            module.set_tile_prefetch(_tile_prefetch)
+    """The built module with the settings in force, for the kernel `name` (its build error
+    recorded under that name), or None (see `_build`)."""
+    module = _build()
+    if module is None:
+        build_errors[name] = build_errors.get("native", "native kernels off")
+        return None
+    _loaded[name] = module
+    module.set_tile_prefetch(_tile_prefetch)
     return module
 
 
@@ -225,8 +226,12 @@ def build_identity() -> dict[str, str | int]:
     }
 
 
-def _build(name: str):
-    """Compile (or load the earlier build of) `<name>.cpp`, or None where it cannot be."""
+SOURCES = ("module.cpp", "bf16_gemv.cpp", "q4_gemv.cpp", "decode_stack.cpp")
+
+
+def _build():
+    """Compile (or load the earlier build of) the one module of this folder's `SOURCES`, or
+    None where it cannot be (the reason in `build_errors["native"]`)."""
     flags = set(cpu_info()[1].split())
     if os.environ.get("SPECDEC_NATIVE", "1") == "0" or not ISA_NEEDS["avx2"] <= flags:
         return None
@@ -249,24 +254,24 @@ def _build(name: str):
         build = cache_root() / "native" / key
         build.mkdir(parents=True, exist_ok=True)
         _clear_stale_lock(build)
-        if not (build / f"specdec_{name}.so").exists():
-            status(f"building the native kernel {name} for this machine ({isa}), once")
+        if not (build / "specdec_native.so").exists():
+            status(f"building the native kernels for this machine ({isa}), once")
         return load(
-            name=f"specdec_{name}",
-            sources=[str(HERE / f"{name}.cpp")],
+            name="specdec_native",
+            sources=[str(HERE / source) for source in SOURCES],
             extra_cflags=[*BASE_FLAGS, *ISA_FLAGS[isa]],
             extra_ldflags=["-fopenmp"],
             build_directory=str(build),
             verbose=False,
         )
     except Exception as err:  # a missing compiler or headers: fall back, say why once
-        build_errors[name] = f"{type(err).__name__}: {err}"
-        log.warning("specdec: native kernel %s unavailable (%s); using PyTorch kernels", name, err)
+        build_errors["native"] = f"{type(err).__name__}: {err}"
+        log.warning("specdec: native kernels unavailable (%s); using PyTorch kernels", err)
         return None
 
 
-KERNELS = ("bf16_gemv", "q4_gemv", "decode_stack")  # every module this folder builds
-build_errors: dict[str, str] = {}  # name -> why its last build failed (tests show it)
+KERNELS = ("bf16_gemv", "q4_gemv", "decode_stack")  # what the module holds, one accessor each
+build_errors: dict[str, str] = {}  # kernel name or "native" -> why its build failed (tests show it)
 
 
 def compiler() -> str | None:

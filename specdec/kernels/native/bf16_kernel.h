@@ -7,7 +7,7 @@
 // model holds it; the AVX-512 builds read this) and panels of 8 outputs (the AVX2 builds).
 #pragma once
 
-#include <torch/extension.h>
+#include "torch_lite.h"
 #include <ATen/Parallel.h>
 
 #include <algorithm>

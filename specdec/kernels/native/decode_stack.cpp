@@ -413,9 +413,7 @@ class DecodeStack {
 
 }  // namespace
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("set_tile_prefetch", [](int level) { q4::tile_prefetch() = level; },
-        "how the tile layout prefetches: 0 into L1, 1 into L2 (q4_kernel.h)");
+void register_decode_stack(py::module_& m) {  // module.cpp
   py::class_<DecodeStack>(m, "DecodeStack")
       .def(py::init<const std::vector<std::vector<at::Tensor>>&, int64_t, int64_t, int64_t, double>(),
            py::arg("layers"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("eps"))

@@ -34,27 +34,27 @@
 
 // x [R, K] fp32 or bf16 (K % 64 == 0), the format above, an optional fp32 bias [N] ->
 // y [R, N] in x's dtype: (product + bias) rounded once, as `(y + bias).to(x.dtype)` would.
-torch::Tensor q4_gemv(torch::Tensor x, torch::Tensor qs, torch::Tensor sc, torch::Tensor mn,
-                      torch::Tensor d, torch::Tensor dmin, c10::optional<torch::Tensor> bias,
-                      c10::optional<torch::Tensor> tiles) {
+at::Tensor q4_gemv(at::Tensor x, at::Tensor qs, at::Tensor sc, at::Tensor mn,
+                      at::Tensor d, at::Tensor dmin, c10::optional<at::Tensor> bias,
+                      c10::optional<at::Tensor> tiles) {
   TORCH_CHECK(x.dim() == 2, "x: [R, K]");
-  TORCH_CHECK(x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16, "x: fp32 or bf16");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x: fp32 or bf16");
   const int64_t R = x.size(0), K = x.size(1), N = qs.size(0), S = (K + q4::SB - 1) / q4::SB;
-  TORCH_CHECK(K % 64 == 0 && qs.size(1) == K / 2 && qs.scalar_type() == torch::kUInt8, "qs: [N, K/2] u8, K % 64 == 0");
+  TORCH_CHECK(K % 64 == 0 && qs.size(1) == K / 2 && qs.scalar_type() == at::kByte, "qs: [N, K/2] u8, K % 64 == 0");
   TORCH_CHECK(sc.sizes() == mn.sizes() && sc.size(0) == N && sc.size(1) == S * q4::GROUPS, "sc, mn: [N, 8 S] u8");
-  TORCH_CHECK(sc.scalar_type() == torch::kUInt8 && mn.scalar_type() == torch::kUInt8, "sc, mn: u8");
+  TORCH_CHECK(sc.scalar_type() == at::kByte && mn.scalar_type() == at::kByte, "sc, mn: u8");
   TORCH_CHECK(d.sizes() == dmin.sizes() && d.size(0) == N && d.size(1) == S, "d, dmin: [N, S] f32");
-  TORCH_CHECK(d.scalar_type() == torch::kFloat && dmin.scalar_type() == torch::kFloat, "d, dmin: f32");
-  torch::Tensor b;
+  TORCH_CHECK(d.scalar_type() == at::kFloat && dmin.scalar_type() == at::kFloat, "d, dmin: f32");
+  at::Tensor b;
   if (bias.has_value()) {
     b = bias->contiguous();
-    TORCH_CHECK(b.dim() == 1 && b.size(0) == N && b.scalar_type() == torch::kFloat, "bias: [N] f32");
+    TORCH_CHECK(b.dim() == 1 && b.size(0) == N && b.scalar_type() == at::kFloat, "bias: [N] f32");
   }
   x = x.contiguous();
   qs = qs.contiguous(); sc = sc.contiguous(); mn = mn.contiguous();
   d = d.contiguous(); dmin = dmin.contiguous();
-  auto y = torch::empty({R, N}, x.options().dtype(torch::kFloat));
-  const q4::Activations a = x.scalar_type() == torch::kFloat
+  auto y = at::empty({R, N}, x.options().dtype(at::kFloat));
+  const q4::Activations a = x.scalar_type() == at::kFloat
                             ? q4::quantize_rows(x.data_ptr<float>(), R, K, S)
                             : q4::quantize_rows(x.data_ptr<at::BFloat16>(), R, K, S);
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
@@ -66,8 +66,8 @@ torch::Tensor q4_gemv(torch::Tensor x, torch::Tensor qs, torch::Tensor sc, torch
     q4::run(a, R, qs.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), mn.data_ptr<uint8_t>(),
             d.data_ptr<float>(), dmin.data_ptr<float>(), bp, y.data_ptr<float>(), K, N, S);
   }
-  if (x.scalar_type() == torch::kFloat) return y;
-  auto out = torch::empty({R, N}, x.options());
+  if (x.scalar_type() == at::kFloat) return y;
+  auto out = at::empty({R, N}, x.options());
   const float* yp = y.data_ptr<float>();
   at::BFloat16* op = out.data_ptr<at::BFloat16>();
   for (int64_t i = 0; i < R * N; ++i) op[i] = at::BFloat16(yp[i]);  // round to nearest even
@@ -75,20 +75,20 @@ torch::Tensor q4_gemv(torch::Tensor x, torch::Tensor qs, torch::Tensor sc, torch
 }
 
 // The weights in the tile layout (q4_kernel.h): u8 [N / 16, S, TILE_BLOCK], N % 16 == 0.
-torch::Tensor q4_tiles(torch::Tensor qs, torch::Tensor sc, torch::Tensor mn, torch::Tensor d,
-                       torch::Tensor dmin) {
+at::Tensor q4_tiles(at::Tensor qs, at::Tensor sc, at::Tensor mn, at::Tensor d,
+                       at::Tensor dmin) {
   const int64_t N = qs.size(0), K = qs.size(1) * 2, S = (K + q4::SB - 1) / q4::SB;
   TORCH_CHECK(N % q4::TILE == 0 && K % 64 == 0, "tiles: N % 16 == 0 and K % 64 == 0");
   TORCH_CHECK(sc.size(1) == S * q4::GROUPS && d.size(1) == S, "tiles: q4_gemv's format");
   qs = qs.contiguous(); sc = sc.contiguous(); mn = mn.contiguous();
   d = d.contiguous(); dmin = dmin.contiguous();
-  auto out = torch::empty({N / q4::TILE, S, q4::TILE_BLOCK}, qs.options());
+  auto out = at::empty({N / q4::TILE, S, q4::TILE_BLOCK}, qs.options());
   q4::to_tiles(qs.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), mn.data_ptr<uint8_t>(),
                d.data_ptr<float>(), dmin.data_ptr<float>(), out.data_ptr<uint8_t>(), N, K, S);
   return out;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+void register_q4_gemv(py::module_& m) {  // module.cpp
   m.def("q4_gemv", &q4_gemv, "y = x @ W.T + b, W in Q4_K-style 4 bits, x quantized to int8 (AVX2)",
         py::arg("x"), py::arg("qs"), py::arg("sc"), py::arg("mn"), py::arg("d"), py::arg("dmin"),
         py::arg("bias") = py::none(), py::arg("tiles") = py::none(),

@@ -3,7 +3,7 @@
 // are described in q4_gemv.cpp.
 #pragma once
 
-#include <torch/extension.h>
+#include "torch_lite.h"
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cmath>
@@ -339,9 +339,9 @@ inline void to_tiles(const uint8_t* qs, const uint8_t* sc, const uint8_t* mn, co
   });
 }
 
-// How a tile's stream asks for its blocks ahead of itself, one setting per process (each
-// extension module has its own; `native.set_tile_prefetch` sets them all), chosen by timing
-// on the machine at hand (`tuning.tune_prefetch`): which is faster depends on the CPU.
+// How a tile's stream asks for its blocks ahead of itself, one setting per process (shared
+// by the module's files: an inline function's static; `native.set_tile_prefetch`), chosen by
+// timing on the machine at hand (`tuning.tune_prefetch`): which is faster depends on the CPU.
 //   0: into L1, 2 blocks ahead. Measured on a Zen 4 at one row, 2 blocks streamed the
 //      vocabulary head's shape 1.1-1.5x faster than none, 6 no better than 2.
 //   1: into L2, 4 blocks ahead. Measured on a 2-vCPU Xeon with AMX (24 GB/s read), the 1.5B's
