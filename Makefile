@@ -13,15 +13,17 @@ DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number, w
 venv: $(STAMP)
 
 # torch first, spelled exactly, so pip takes the CPU build on disk instead of CUDA wheels.
-# The tools of tests and docs (the dev extra) only where they are used.
+# The tools of tests and docs (the dev extra) only where they are used. --no-compile: pip
+# byte-compiled every module of torch and transformers (half of a 2-minute install on 2
+# cores); Python compiles the few a process imports, once, on first use.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -e .
+	$(PY) -m pip install -q --no-compile --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -q --no-compile --disable-pip-version-check -e .
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --no-compile --disable-pip-version-check -e '.[dev]'
 	touch $(DEV_STAMP)
 
 # The native CPU kernels, built once per machine (a first model load would wait for them).
@@ -63,7 +65,7 @@ test-slow: $(DEV_STAMP)
 CHROMIUM := /usr/bin/chromium
 test-ui: $(DEV_STAMP)
 	@test -x $(CHROMIUM) || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)
-	@$(PY) -c 'import playwright' 2>/dev/null || $(PY) -m pip install -q --disable-pip-version-check -e '.[ui]'
+	@$(PY) -c 'import playwright' 2>/dev/null || $(PY) -m pip install -q --no-compile --disable-pip-version-check -e '.[ui]'
 	$(PY) -m pytest -q -m ui tests/ui
 
 # The CUDA tier (tests/gpu): skipped without a GPU.
