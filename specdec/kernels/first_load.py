@@ -1,42 +1,22 @@
 """A load's machine-specific work, shown as it goes: native builds, then kernel tuning.
 
-On a fresh machine a load first builds the native kernels (a minute or more each on two
-cores), then settles each kernel choice: from this machine's measurements where it has
+On a fresh machine a load first builds the native kernels (~80 s on two cores), then
+settles each kernel choice: from this machine's measurements where it has
 them, else from the plan predicted for its CPU (`kernel_plans`), measuring the uncertain
-choices while the tuning budget lasts (`tuning_budget`). Both phases show as tqdm bars on
-stderr (`tuning_budget.progress_enabled`), what is being built or timed, how many steps
-are left and an ETA.
+choices while the tuning budget lasts (`tuning_budget`), shown as a tqdm bar on stderr
+(`tuning_budget.progress_enabled`): what is being timed, how many steps are left, an ETA.
 """
 
 from __future__ import annotations
-
-import sys
-
-from tqdm import tqdm
 
 from specdec.kernels import decode_stack, native, tuning, tuning_budget
 from specdec.kernels.quantize import with_decode_stack
 
 
 def build_native() -> None:
-    """Build (or load the earlier builds of) every native kernel, one bar step each."""
-    getters = {
-        "bf16_gemv": native.bf16_gemv,
-        "q4_gemv": native.q4_gemv,
-        "decode_stack": native.decode_stack,
-    }
-    bar = tqdm(
-        getters.items(),
-        desc="native kernels",
-        unit="build",
-        file=sys.stderr,
-        leave=False,
-        disable=not tuning_budget.progress_enabled(),
-    )
-    for name, get in bar:
-        bar.set_postfix_str(name)
-        get()
-    bar.close()
+    """Build (or load the earlier build of) the native kernels: one module, which says when
+    it compiles (`make demo` builds it while it pulls the models)."""
+    native.q4_gemv()
 
 
 def prepare_cpu() -> None:
