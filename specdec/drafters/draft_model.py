@@ -234,13 +234,21 @@ class DraftModelDrafter:
 
     def _processed(self, logits: torch.Tensor, drafted: list[torch.Tensor]) -> torch.Tensor:
         """The rows' processors on the draft's `logits [B, V_draft]` after `drafted` (this
-        step's drafts so far, `[B]` each). A cut head's logits ([B, N]) are left as they are:
-        their columns are not token ids (its drafts are then only accepted less often)."""
+        step's drafts so far, `[B]` each). A cut head's logits ([B, N] over `_columns`) go
+        through them laid out over the target's ids (-inf elsewhere) and come back: a draft
+        outside a grammar's mask is a wasted position (JSON mode drafted 1.0-1.15x plain
+        while the default cut head ignored the grammar)."""
         processors = getattr(self, "_processors", None)
-        if not processors or self.vocab is not None or all(p is None for p in processors):
+        if not processors or all(p is None for p in processors):
             return logits
         so_far = torch.stack(drafted, 1).tolist() if drafted else [[] for _ in processors]
-        return process_logits(logits[:, None], processors, [[row] for row in so_far])[:, 0]
+        paths = [[row] for row in so_far]
+        if self.vocab is None:
+            return process_logits(logits[:, None], processors, paths)[:, 0]
+        columns = self._columns
+        full = logits.new_full((logits.shape[0], self.target_vocab_size), float("-inf"))
+        full[:, columns] = logits
+        return process_logits(full[:, None], processors, paths)[:, 0, columns]
 
     def _logits(self, out, at: torch.Tensor | None = None) -> torch.Tensor:
         """The draft's logits [B, V_draft] (or [B, N] over the cut head's columns) at each
