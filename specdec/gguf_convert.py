@@ -4,8 +4,9 @@ Writes what `AutoModelForCausalLM.from_pretrained(gguf_file=...).save_pretrained
 (config, generation config, tokenizer, safetensors; tests/unit/test_gguf_convert.py compares
 the two file by file), from one fast read of the file (`gguf_file.GGUFFile`): transformers
 reads it three times through `gguf.GGUFReader`, ~18 s each for a Qwen2 vocabulary, and a
-fresh `make demo` spent ~4 of its 13 minutes there (2-vCPU Zen 3). The values are gguf-py's
-`dequantize` (as transformers uses), cast to the dtype last.
+fresh `make demo` spent ~4 of its 13 minutes there (2-vCPU Zen 3). The values come from
+`GGUFFile.dequantized` in fp32 (bitwise what transformers' loader gives: the test above),
+cast to the dtype last.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ def config_dict(gguf: GGUFFile) -> dict:
 
 
 # GGUF tensor names (llama.cpp's) -> transformers' parameter names, for llama, qwen2 and
-# mistral alike; `{i}` is the layer. Other tensors a file may carry (llama 3's rope
-# frequencies) are left out: the model computes its own.
+# mistral alike: the model's own, then a layer's (`blk.N.<part>` -> `model.layers.N.<part>`).
+# Other tensors a file may carry (llama 3's rope frequencies) are left out: the model
+# computes its own.
 GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
