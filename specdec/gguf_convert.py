@@ -18,8 +18,7 @@ import torch
 from specdec.console import status
 from specdec.errors import ModelIntegrityError
 from specdec.gguf_file import GGUFFile
-
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+from specdec.models.loading import torch_dtype
 
 
 def config_dict(gguf: GGUFFile) -> dict:
@@ -110,6 +109,7 @@ def convert(gguf_path: Path, out: Path, dtype: str) -> None:
         ) from error
 
     status(f"converting {gguf_path.name}: dequantizing weights to {dtype}")
+    cast = torch_dtype(dtype)
     permuted = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
     tensors = {}
     for gguf_name in gguf.tensors:
@@ -120,11 +120,11 @@ def convert(gguf_path: Path, out: Path, dtype: str) -> None:
         heads = permuted.get(gguf_name.split(".")[-2]) if gguf.architecture == "llama" else None
         if heads is not None and gguf_name.endswith(".weight"):
             values = _reverse_permute(values, heads)
-        tensors[name] = values.to(DTYPES[dtype]).contiguous()
+        tensors[name] = values.to(cast).contiguous()
 
     status(f"writing safetensors ({dtype}) to {out}")
     config.architectures = [MODEL_CLASSES[config.model_type]]
-    config.dtype = DTYPES[dtype]
+    config.dtype = cast
     config.save_pretrained(out)
     GenerationConfig.from_model_config(config).save_pretrained(out)
     save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})

@@ -50,7 +50,6 @@ class GGUFFile:
     def __init__(self, path: str | Path, string_arrays: tuple[str, ...] = ()) -> None:
         self.path = Path(path)
         self._blob = np.memmap(self.path, mode="r", dtype=np.uint8)
-        self._keep = set(string_arrays)
         if bytes(self._blob[:4]) != b"GGUF":
             raise ValueError(f"{self.path} does not start with the GGUF magic bytes")
         version, tensor_count, kv_count = struct.unpack_from("<IQQ", self._blob, 4)
@@ -60,7 +59,7 @@ class GGUFFile:
         self.metadata = {}
         for _ in range(kv_count):
             key = self._string()
-            self.metadata[key] = self._value(self._u32(), keep=key in self._keep)
+            self.metadata[key] = self._value(self._u32(), keep=key in string_arrays)
         self.tensors: dict[str, TensorInfo] = {}
         for _ in range(tensor_count):
             name = self._string()

@@ -11,6 +11,7 @@ from tiny_gguf import write_tiny_gguf
 from specdec import gguf_convert
 from specdec.errors import ModelIntegrityError
 from specdec.gguf_file import GGUFFile
+from specdec.models.loading import torch_dtype
 
 FILES = (
     "config.json",
@@ -27,7 +28,7 @@ def _transformers_conversion(path, out, dtype):
     tokenizer = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     tokenizer.save_pretrained(out)
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=gguf_convert.DTYPES[dtype]
+        path.parent, gguf_file=path.name, dtype=torch_dtype(dtype)
     )
     model.hf_quantizer = None  # as hub did: the weights are plain tensors by now
     del model.config.quantization_config

@@ -8,7 +8,6 @@
 #pragma once
 
 #include "torch_lite.h"
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <string>

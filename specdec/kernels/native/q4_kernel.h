@@ -4,7 +4,6 @@
 #pragma once
 
 #include "torch_lite.h"
-#include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cmath>
 #include <cstring>
