@@ -244,13 +244,14 @@ def test_a_killed_rank_is_reported_at_once(failures):
     assert code == 2
     assert "lost contact with rank(s) [1]" in report["message"]
     assert "reset by peer" in report["message"] or "closed by peer" in report["message"]
-    assert report["seconds"] < 60
+    assert report["seconds"] < 60  # from rank 0's forward that rank 1 never joined
 
 
 def test_a_hung_rank_is_reported_after_the_timeout(failures):
     report, code, _ = failures["hang"]
     assert code == 2
     assert f"hung longer than the {HANG_TIMEOUT_S} s collective timeout" in report["message"]
+    assert HANG_TIMEOUT_S <= report["seconds"] < 60
 
 
 # -- refused before loading ------------------------------------------------------------------

@@ -228,7 +228,8 @@ def cli_lines(model_dir: str, tp) -> list[dict]:
 
 
 def failing(mode: str, out_path: str) -> int:
-    """Rank 1 fails in its third target forward; rank 0 records what it sees."""
+    """Rank 1 fails in its third target forward; rank 0 records what it sees, and how long
+    after its own third forward began (start-up on a loaded machine is not the report's)."""
     started = time.monotonic()
     try:
         with tensor_parallel(2, timeout_s=float(os.environ.get("TEST_TP_TIMEOUT", "120"))) as tp:
@@ -236,8 +237,12 @@ def failing(mode: str, out_path: str) -> int:
             calls = [0]
 
             def hook(module, args):
+                nonlocal started
                 calls[0] += 1
-                if tp.rank == 1 and calls[0] == 3:
+                if calls[0] != 3:
+                    return
+                started = time.monotonic()
+                if tp.rank == 1:
                     if mode == "raise":
                         raise ValueError("injected failure on rank 1")
                     if mode == "exit":
