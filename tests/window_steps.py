@@ -67,7 +67,6 @@ def price(window, target_plans=None, draft_plans=None, ratio=None) -> None:
     costs = getattr(window, "costs", None)
     if costs is None:
         return
-    if target_plans is not None:
-        costs.target_plan_s, costs.draft_plan_s = target_plans, draft_plans or {}
-    if ratio is not None:
-        costs.draft_ratio = ratio
+    if target_plans is None:
+        target_plans, draft_plans = costs.target_plan_s, costs.draft_plan_s
+    costs.set_prices(costs.draft_ratio if ratio is None else ratio, target_plans, draft_plans or {})

@@ -133,8 +133,8 @@ class CostModel:
 
     @classmethod
     def from_json(cls, data: dict) -> CostModel:
-        """The inverse of `to_json`; a stored draft cost counts as one timing, so this
-        process's first replaces it where faster ("Warm start")."""
+        """The inverse of `to_json`; stored draft costs are none of this process's timings,
+        so its first ones replace them where faster ("Warm start")."""
 
         def keyed(value):  # JSON's string keys back to ints, the seconds to floats
             if isinstance(value, dict):
@@ -143,8 +143,7 @@ class CostModel:
 
         stored = {name: keyed(data[name]) for name in _STORED if name in data}
         seen = {(int(r), int(t)): int(n) for r, t, n in data["seen"]}
-        timed = bool(stored["draft_step_s"] or stored.get("draft_first_s"))
-        return cls(**stored, _seen=seen, drafts_timed=int(timed))
+        return cls(**stored, _seen=seen)
 
     def _merge(self, old: float | None, new: float, first: bool) -> float:
         """The fastest of a shape's first timings, then a running average."""
@@ -243,16 +242,34 @@ class CostModel:
             return max(draft / target, self.draft_ratio or 0.0)
         return self.draft_ratio or 1.0
 
+    def set_prices(self, draft_ratio: float | None, target_plan_s: dict, draft_plan_s: dict):
+        """What prices a pass before it is timed. A stored draft timing over twice that price
+        (a profiler, a busy host) is dropped: trusted, it would keep every later process
+        from drafting to learn otherwise ("Warm start")."""
+        self.draft_ratio, self.target_plan_s, self.draft_plan_s = (
+            draft_ratio, target_plan_s, draft_plan_s
+        )  # fmt: skip
+        stored = self.draft_step_s | self.draft_first_s
+        if not self.drafts_timed and any(self.draft_overpriced(rows) for rows in stored):
+            self.draft_step_s, self.draft_first_s = {}, {}
+
+    def draft_overpriced(self, rows: int) -> bool:
+        """Whether a draft token is timed over twice its planned price."""
+        drafted, plain = self.draft_time(rows), self.verify_time(rows, 1)
+        if drafted is None or plain is None:
+            return False
+        return drafted > 2 * self.draft_share(rows) * plain
+
     def look_unsettled(self, rows: int) -> bool:
         """Whether a first look's costs rest on one timing over twice its planned price
         (one-off setup, most likely): worth a second look before they decide ("Looks")."""
         if self.drafts_timed != 1:
             return False
-        drafted, plain = self.draft_time(rows), self.verify_time(rows, 1)
-        if drafted is None or plain is None:
-            return False
-        if drafted > 2 * self.draft_share(rows) * plain:
+        if self.draft_overpriced(rows):
             return True
+        plain = self.verify_time(rows, 1)
+        if plain is None:
+            return False
         one, two = (interpolate(self.target_plan_s, n) for n in (rows, 2 * rows))
         limit = 2 * (two / one if one and two else 1.0) * plain
         pair = self.verify_s.get(rows, {}).get(2)  # a two-token pass timed once, over its limit

@@ -118,5 +118,5 @@ def price_models(costs: CostModel, target, draft) -> None:
     """What prices a pass before it is timed: the models' bytes and kernel plans."""
     from specdec.kernels.tuning import projection_seconds  # the kernels' own timings
 
-    costs.draft_ratio = relative_cost(draft, target)
-    costs.target_plan_s, costs.draft_plan_s = projection_seconds(target), projection_seconds(draft)
+    plans = projection_seconds(target), projection_seconds(draft)
+    costs.set_prices(relative_cost(draft, target), *plans)

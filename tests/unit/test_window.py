@@ -735,6 +735,27 @@ def test_a_warm_start_drafts_from_the_stored_costs_and_acceptance():
     assert trace[0][1] >= 2  # no warm-up, no look: the window the stored measurements say
 
 
+@pytest.mark.parametrize("draft_s, looks_afresh", [(0.030, True), (0.016, False)])
+def test_a_stored_draft_timing_far_over_its_price_is_measured_afresh(draft_s, looks_afresh):
+    """A process whose draft ran slow (a profiler, a busy host: 0.64 of a plain step where
+    the bytes price 0.27) stored costs that say drafting never pays; a later process would
+    never draft to learn otherwise. Over twice its price a stored draft timing is dropped
+    and the drafter looked at anew, priced as a start; near its price it stands."""
+    earlier = _looking_window()
+    feed_catch_up(earlier, 200, 1.0)  # a tenth of the plain decoding ahead: no cheap look
+    for _ in range(8):
+        feed(earlier, 1, 1, 0.052, draft_s, [1], [1], draft_first_s=draft_s)
+    later = AdaptiveWindow()
+    later.costs = CostModel.from_json(earlier.costs.to_json())
+    later.start_from(earlier.acceptance_state())
+    price(later, ratio=0.27)  # the engine prices the models at its start
+    k = pick(later, 1, catch_up=200, remaining=200)
+    if looks_afresh:
+        assert (later.phase, k) == (Phase.LOOK, 1)
+    else:
+        assert later.phase is Phase.DRAFT and k >= 2  # the stored costs, no look
+
+
 @pytest.mark.parametrize("a", [0.93, 0.5])
 def test_a_process_starts_from_the_last_ones_acceptance(a):
     """No look needed: a poor drafter decodes as plain (the look cost 8%), a good one drafts
