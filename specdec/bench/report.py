@@ -166,8 +166,26 @@ def _floor_check(rows: list[dict], field: str, what: str) -> str:
     return f"- `auto` at or above {AUTO_FLOOR}x plain decoding ({what}{how}): {verdict}"
 
 
+def _interval_check(rows: list[dict]) -> str:
+    """`auto` against the floor by its per-request 95% interval's lower bound."""
+    auto = [r for r in rows if _is_auto(r) and r.get("request_speedup_low") is not None]
+    figures = "; ".join(
+        f"{r['method']} {r['group']} {r['request_speedup']:.3f}x "
+        f"({r['request_speedup_low']:.3f}-{r['request_speedup_high']:.3f})"
+        for r in auto
+    )
+    slow = sum(r["request_speedup_low"] < AUTO_FLOOR for r in auto)
+    verdict = f"**no** at {slow} of {len(auto)} points" if slow else f"**yes** at all {len(auto)}"
+    return (
+        f"- `auto`'s 95% interval over requests paired with plain's in the same turn above "
+        f"{AUTO_FLOOR}x: {verdict} ({figures})"
+    )
+
+
 def checks(rows: list[dict]) -> list[str]:
     out = [_floor_check(rows, "speedup", "tokens/s, wall time")]
+    if any(_is_auto(r) and r.get("request_speedup_low") is not None for r in rows):
+        out.append(_interval_check(rows))
     if any(r.get("paired_decode_speedup") is not None for r in rows):
         out.append(
             _floor_check(

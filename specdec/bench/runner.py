@@ -408,6 +408,10 @@ class Runner:
             row["runs_decode_tokens_per_s"] = [
                 round_or_none(decode_rate(generated, len(prompts), r[0], r[4]), 3) for r in runs
             ]
+            row["runs_request_tokens_per_s"] = [  # each request's own, to pair by prompt
+                [round(s.generated / s.elapsed_s, 3) if s.elapsed_s > 0 else None for s in r[3]]
+                for r in runs
+            ]
         row["turns"] = turns
         row["peak_rss_mb"] = round(trial.peak_rss / 1e6, 1)  # this process's (not vLLM's)
         # CPU seconds this process used: with --threads 1 that is the work done, whatever

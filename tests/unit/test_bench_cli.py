@@ -280,8 +280,12 @@ def test_warm_auto_runs_start_from_the_previous_run(model_dir, tmp_path, monkeyp
     rows = json.loads((out / "results.json").read_text())["rows"]
     [row] = [r for r in rows if r["method"] == "draft-auto-warm"]
     assert row["status"] == "ok" and row["window"] == "auto" and row["same_output_as_plain"] == 1.0
+    per_request = row["runs_request_tokens_per_s"]  # every run's requests, to pair by prompt
+    assert len(per_request) == 3 and {len(run) for run in per_request} == {row["requests"]}
+    assert row["request_speedup_low"] <= row["request_speedup"] <= row["request_speedup_high"]
     summary = (out / "summary.md").read_text()
     assert "`auto` at or above 0.97x plain decoding (tokens/s" in summary
+    assert "95% interval over requests paired with plain's" in summary
     assert "all 2 points" in summary or "of 2 points" in summary  # both auto rows judged
 
 

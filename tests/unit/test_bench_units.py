@@ -189,6 +189,48 @@ def test_paired_speedup_pairs_runs_of_the_same_turns_and_the_floor_check_uses_it
         assert rows[1]["paired_speedup"] is None and "**no**" in checks(rows)[0]
 
 
+def test_the_floor_is_judged_by_an_interval_over_paired_requests():
+    """Twelve prompts in two turns; the second turn ran 20% slower for every method. Each
+    request is paired with plain's of the same prompt in the same turn: the geometric mean
+    and its t interval (11 + 12 pairs: t(23) = 2.069) come out as computed by hand, and the
+    floor line judges the lower bound, not the mean."""
+    import math
+    import statistics
+
+    from specdec.bench.report import checks
+
+    plain_rates = [10.0 + i for i in range(12)]
+    ratios = [0.95, 1.02, 1.10, 0.99, 1.05, 1.00, 0.97, 1.08, 1.01, 0.96, 1.04, 1.03]
+
+    def rows_for(shift):
+        turns = [[p * t for p in plain_rates] for t in (1.0, 0.8)]
+        plain = _row("plain", None, 10.0) | {"turns": "t1", "runs_request_tokens_per_s": turns}
+        auto_turns = [[p * (r + shift) for p, r in zip(run, ratios, strict=True)] for run in turns]
+        auto = _row("draft-auto", "auto", 10.0) | {
+            "turns": "t1", "runs_request_tokens_per_s": auto_turns
+        }  # fmt: skip
+        rows = [plain, auto]
+        derive(rows, {}, k_max=4, price_per_hour=None)
+        return rows
+
+    plain, auto = rows_for(0.0)
+    logs = [math.log(r) for r in ratios] * 2
+    half = 2.069 * statistics.stdev(logs) / math.sqrt(24)
+    mean = statistics.fmean(logs)
+    assert auto["request_speedup"] == pytest.approx(math.exp(mean), abs=1e-4)
+    assert auto["request_speedup_low"] == pytest.approx(math.exp(mean - half), abs=2e-4)
+    assert auto["request_speedup_high"] == pytest.approx(math.exp(mean + half), abs=2e-4)
+    assert plain["request_speedup"] == 1.0
+    line = next(line for line in checks([plain, auto]) if "95% interval" in line)
+    assert "**yes**" in line
+    plain, auto = rows_for(-0.035)  # mean ~0.98x: above the floor, its interval not
+    assert auto["request_speedup"] > 0.97 > auto["request_speedup_low"]
+    assert "**no**" in next(line for line in checks([plain, auto]) if "95% interval" in line)
+    auto["runs_request_tokens_per_s"] = [run[:2] for run in auto["runs_request_tokens_per_s"]]
+    derive([plain, auto], {}, k_max=4, price_per_hour=None)  # 4 pairs: too few for t
+    assert auto["request_speedup"] is None
+
+
 def test_the_cpu_time_floor_check_pairs_runs_of_the_same_turns():
     """In CPU time too: the median runs come from different turns and read 0.90x, while in
     every turn auto used 0.99x plain's CPU per token; the CPU line judges the per-turn
