@@ -28,7 +28,7 @@ def prepare_cpu() -> None:
 
 def tune_model(model, label: str) -> None:
     """`llm._tuned`'s steps for a whole `Transformer` (`label`: "the target", ...)."""
-    tuning_budget.plan_steps(tuning.pending_steps(model) + decode_stack.pending(model), label)
+    tuning_budget.plan_steps(tuning.pending_steps(model), label)
     try:
         tuning.tune_prefetch(model)  # how the tiles stream, before plans are timed
         repacked = tuning.tune_bf16_panels(model)
@@ -36,6 +36,9 @@ def tune_model(model, label: str) -> None:
         if any(not entry["tiles"] for entry in layouts) or repacked:
             with_decode_stack(model)  # built with tiles some groups dropped, or other panels
         tuning.tune_kernels(model)
+        # The stack as built now (its key names the layouts just settled): announced here,
+        # not up front, where a stack about to be rebuilt read as untimed at every load.
+        tuning_budget.plan_steps(decode_stack.pending(model), label)
         decode_stack.tune_stack(model)  # where the native stack beats the eager layers
         tuning.time_certain_groups(model)  # for the cost model, budget permitting
     finally:
