@@ -20,11 +20,6 @@ from specdec.errors import InvalidParameterError
 QUANTS = ("none", "int4", "int8")
 DTYPES = ("bf16", "fp32")
 MAX_WINDOW = 32  # the largest window a step may draft
-DEFAULT_K_MAX = 8
-# A suffix draft sizes itself to its match, so a wider bound costs only where a long match
-# drafts far (edits, bf16: `auto` 1.50x plain with 8, 1.72x with 16; docs/benchmarks.md,
-# "Suffix decoding").
-SUFFIX_K_MAX = 16
 
 
 def _opt(default: Any, help: str, flag: str | None = None, **argparse_kwargs) -> Any:
@@ -55,12 +50,7 @@ class EngineArgs:
     speculate: int | str | None = _opt(
         None, "tokens drafted per step, or 'auto' (default with --draft)"
     )
-    k_max: int | None = _opt(
-        None,
-        f"largest window 'auto' may choose (default {DEFAULT_K_MAX}; {SUFFIX_K_MAX} with "
-        "--draft suffix, whose drafts size themselves to the match)",
-        type=int,
-    )
+    k_max: int = _opt(8, "largest window 'auto' may choose", type=int)
     tree: str | tuple[int, ...] | None = _opt(
         None,
         "with speculator or eagle heads: top-k per draft position, e.g. 4,3,2, to draft "
@@ -149,8 +139,6 @@ class EngineArgs:
         if self.learn and spec is not None and spec.kind == "model" and _empty(spec.value):
             spec = DraftSpec("heads", spec.value)  # --learn starts untrained heads there
         object.__setattr__(self, "draft_spec", spec)
-        if self.k_max is None:
-            object.__setattr__(self, "k_max", default_k_max(spec))
         if self.tree is not None:
             object.__setattr__(self, "tree", parse_tree(self.tree))
         self._validate(spec)
@@ -232,12 +220,6 @@ class EngineArgs:
         flagged = {f.name for f in dataclasses.fields(cls) if "flag" in f.metadata}
         given = {k: v for k, v in vars(args).items() if k in flagged}
         return cls(**{**given, **fields})
-
-
-def default_k_max(spec: DraftSpec | None) -> int:
-    """`--k-max` where not given: `SUFFIX_K_MAX` for the suffix drafter alone (a
-    `suffix+` hybrid's other drafter pays per token drafted), `DEFAULT_K_MAX` otherwise."""
-    return SUFFIX_K_MAX if spec is not None and spec.kind == "suffix" else DEFAULT_K_MAX
 
 
 def _empty(value: str | None) -> bool:

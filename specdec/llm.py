@@ -44,7 +44,7 @@ from specdec.drafters.draft_vocab import (
 from specdec.drafters.kinds import DraftSpec
 from specdec.drafters.suffix import SuffixStore, suffix_factory
 from specdec.engine import Completion, Engine
-from specdec.engine_args import DEFAULT_K_MAX, MAX_WINDOW, EngineArgs, parse_speculate
+from specdec.engine_args import MAX_WINDOW, EngineArgs, parse_speculate
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.graphs.static_pass import use_static_passes
 from specdec.heads.eagle import load_eagle
@@ -468,9 +468,7 @@ def _new_heads_if_empty(draft: str, target, n: int) -> None:
     build_speculator(target, n_predict=n, reuse_target=True).save(path)
 
 
-def build_window(
-    speculate: int | str, k_max: int = DEFAULT_K_MAX
-) -> FixedWindow | AdaptiveWindow:
+def build_window(speculate: int | str, k_max: int = 8) -> FixedWindow | AdaptiveWindow:
     """`--speculate K|auto` -> the window policy."""
     speculate = parse_speculate(speculate)
     if not 1 <= k_max <= MAX_WINDOW:

@@ -43,7 +43,6 @@ import math
 import statistics
 
 from specdec.bench.costs import cost_model
-from specdec.bench.plan import window_bound
 from specdec.window import WindowConfig, conditional_acceptance, predict_speedup
 
 AUTO_MARGIN = WindowConfig().margin
@@ -57,7 +56,7 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def derive(rows: list[dict], costs: dict, k_max: int | None, price_per_hour: float | None) -> None:
+def derive(rows: list[dict], costs: dict, k_max: int, price_per_hour: float | None) -> None:
     """Fill the derived fields of the "ok" rows in place."""
     ok = [r for r in rows if r.get("status") == "ok"]
     plain = {r["group"]: r for r in ok if r["method"] == "plain"}
@@ -143,7 +142,7 @@ def _compare_outputs(row: dict, base: dict | None) -> None:
     )
 
 
-def _predict(row: dict, entry: dict | None, k_max: int | None) -> None:
+def _predict(row: dict, entry: dict | None, k_max: int) -> None:
     row["predicted_speedup"] = row["predicted_best_k"] = None
     row["predicted_from_tokens_per_pass"] = None
     window = row.get("window")
@@ -161,7 +160,7 @@ def _predict(row: dict, entry: dict | None, k_max: int | None) -> None:
     rows = row["batch"]
     alpha = conditional_acceptance(per_position)
     if window == "auto":
-        k, speedup = costs.best_window(rows, alpha, window_bound(k_max, row["method"]))
+        k, speedup = costs.best_window(rows, alpha, k_max)
         if speedup <= 1 + AUTO_MARGIN:
             k, speedup = 0, 1.0
         row["predicted_best_k"] = k
@@ -175,7 +174,7 @@ def _predict(row: dict, entry: dict | None, k_max: int | None) -> None:
     row["predicted_speedup"] = None if speedup is None else round(speedup, 4)
 
 
-def best_k_by_group(rows: list[dict], costs: dict, k_max: int | None) -> dict[str, dict]:
+def best_k_by_group(rows: list[dict], costs: dict, k_max: int) -> dict[str, dict]:
     """Per group: the best fixed k measured, and the best k and speedup the cost model
     predicts from the widest fixed window's acceptance (it covers the most positions)."""
     out: dict[str, dict] = {}
@@ -189,7 +188,7 @@ def best_k_by_group(rows: list[dict], costs: dict, k_max: int | None) -> dict[st
         if entry is not None and widest.get("acceptance_per_position"):
             alpha = conditional_acceptance(widest["acceptance_per_position"])
             predicted_k, predicted = cost_model(entry).best_window(
-                widest["batch"], alpha, min(window_bound(k_max, widest["method"]), len(alpha))
+                widest["batch"], alpha, min(k_max, len(alpha))
             )
         out[group] = {
             "measured_best_k": measured["window"],

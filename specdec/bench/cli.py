@@ -297,8 +297,8 @@ def _command(preset, args) -> str:
         "--max-tokens", str(preset.max_tokens),
         "--prompts-per-point", str(preset.prompts_per_point),
         "--repeats", str(preset.repeats),
+        "--k-max", str(args.k_max),
     ]  # fmt: skip
-    words += ["--k-max", str(args.k_max)] if args.k_max is not None else []
     words += ["--heads", args.heads] if args.heads else []
     words += ["--heads-tree", ",".join(map(str, args.heads_tree))] if args.heads_tree else []
     words += ["--heads-candidates", str(args.heads_candidates)] if args.heads_candidates else []

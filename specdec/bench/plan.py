@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from specdec.engine_args import DEFAULT_K_MAX, SUFFIX_K_MAX
 from specdec.errors import InvalidParameterError
 
 # How finely a group's methods take turns (`specdec bench --interleave`): a round (one
@@ -43,13 +42,6 @@ def vllm_draft_k(method: str) -> int | None:
         return 0
     match = re.fullmatch(r"vllm-draft-k(\d+)", method)
     return int(match.group(1)) if match else None
-
-
-def window_bound(k_max: int | None, method: str) -> int:
-    """`--k-max` if given, else the default of the method's drafter (`default_k_max`)."""
-    if k_max is not None:
-        return k_max
-    return SUFFIX_K_MAX if method.startswith("suffix") else DEFAULT_K_MAX
 
 
 def is_peer(method: str) -> bool:

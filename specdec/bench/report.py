@@ -13,8 +13,6 @@ from pathlib import Path
 import psutil
 import torch
 
-from specdec.engine_args import DEFAULT_K_MAX, SUFFIX_K_MAX
-
 AUTO_FLOOR = 0.97  # "speculation never hurts", within noise
 PREDICTION_TOLERANCE = 0.15
 
@@ -139,11 +137,6 @@ def _is_auto(row: dict) -> bool:
     """An `auto` method's row (`-auto` and `-auto-warm`; rows written before the window was
     recorded, by their method's name)."""
     return row.get("window", "auto" if row["method"].endswith("-auto") else None) == "auto"
-
-
-def _k_max_words(k_max: int | None) -> str:
-    """`--k-max`, or the drafters' defaults where it was not given."""
-    return str(k_max) if k_max is not None else f"{DEFAULT_K_MAX} ({SUFFIX_K_MAX} suffix drafting)"
 
 
 # The per-turn figure a floor check prefers where the methods took turns.
@@ -293,7 +286,7 @@ def write_summary(
         f"{_draft_head(data)}, {config['dtype']} on "
         f"{config['device']}; up to {config['max_tokens']} new tokens per request"
         f"{' (ignore EOS)' if config.get('ignore_eos') else ' (stopping at EOS)'}, "
-        f"`auto` windows up to k = {_k_max_words(config.get('k_max'))}.  ",
+        f"`auto` windows up to k = {config['k_max']}.  ",
         *(_tp_line(config) if config.get("tp") else []),
         f"**Command:** `{data.get('command', '')}`",
         *(["", f"**Prompts:** {data['sharegpt']}.", ""] if data.get("sharegpt") else [""]),

@@ -42,7 +42,7 @@ from specdec import data as workloads
 from specdec.bench import edits, peers
 from specdec.bench.costs import measure_costs
 from specdec.bench.memory import peak_rss_bytes, reset_peak
-from specdec.bench.plan import INTERLEAVES, Point, is_peer, vllm_draft_k, window_bound
+from specdec.bench.plan import INTERLEAVES, Point, is_peer, vllm_draft_k
 from specdec.bench.rows import (
     decode_rate,
     result_row,
@@ -113,7 +113,7 @@ class Runner:
         draft: str | None,
         dtype: str,
         device: str,
-        k_max: int | None,
+        k_max: int,
         max_tokens: int,
         prompts_per_point: int,
         ignore_eos: bool = False,
@@ -442,7 +442,7 @@ class Runner:
         llm = self.llm
         tree_nodes = 0
         if point.method == "plain":
-            factory, window = None, build_window(0)
+            factory, window = None, build_window(0, self.k_max)
         elif point.method.startswith("heads"):
             factory, window, tree_nodes = self._heads(point)
         else:
@@ -454,7 +454,7 @@ class Runner:
                 factory = llm.engine.drafter_factory
                 if factory is None:
                     raise Skip("no draft model given (--draft)")
-            window = build_window(point.window, window_bound(self.k_max, point.method))
+            window = build_window(point.window, self.k_max)
         if point.warm_start and point.key in self._carried:
             carried = json.loads(json.dumps(self._carried[point.key]))  # as stored on disk
             window.costs = CostModel.from_json(carried["costs"])
@@ -505,14 +505,13 @@ class Runner:
 
         if tree is not None:
             return factory, build_window(len(tree), len(tree)), factory(1, 1).max_nodes
-        return factory, build_window(k, min(window_bound(self.k_max, point.method), n)), 0
+        return factory, build_window(k, min(self.k_max, n)), 0
 
     def _engine_runner(self, point: Point, prompts, params) -> tuple[Callable, Callable]:
         """(warm-up, rounds) of one of our methods: a fresh engine per run, so `auto`
         learns from scratch at every point, each round a `generate` over `batch` prompts."""
         limit = self.llm.model.config.max_position_embeddings
-        k_max = window_bound(self.k_max, point.method)
-        if max(len(p) for p in prompts) + self.max_tokens + k_max + 2 > limit:
+        if max(len(p) for p in prompts) + self.max_tokens + self.k_max + 2 > limit:
             raise Skip(f"prompt + {self.max_tokens} tokens exceed the context of {limit}")
         b = point.batch
 

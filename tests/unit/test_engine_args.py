@@ -80,11 +80,6 @@ def test_engine_args_defaults_and_derived_fields(tmp_path):
     assert EngineArgs(model="m", draft=mlp, tree="4,3").tree == (4, 3)
     fresh = str(tmp_path / "new-heads")  # --learn starts untrained heads in a new directory
     assert EngineArgs(model="m", draft=fresh, learn=True).draft_spec == DraftSpec("heads", fresh)
-    # `auto`'s widest window: 16 for the suffix drafter alone (its drafts size themselves)
-    windows = {d: EngineArgs(model="m", draft=d).k_max for d in ("suffix", "ngram", None)}
-    assert windows == {"suffix": 16, "ngram": 8, None: 8}
-    assert EngineArgs(model="m", draft="suffix+model:draft").k_max == 8
-    assert EngineArgs(model="m", draft="suffix", k_max=4).k_max == 4
 
 
 def test_flags_are_the_fields():
