@@ -100,6 +100,13 @@ def _bench_serve_args(sub) -> None:
         help="comma list: off, on (on: every request asks for per-token provenance, "
         "stream_options.include_speculation), to measure its cost",
     )
+    p.add_argument(
+        "--logprobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="every request asks for its tokens' log-probabilities and N alternatives each",
+    )
     p.add_argument("--port", type=int, default=8123, help="port for launched servers")
     p.add_argument("--out", default="bench-serve.json", help="results (JSON rows)")
 
@@ -386,11 +393,9 @@ def cmd_bench_serve(args) -> None:
         the same neighbours)."""
         concurrency, rate = (value, None) if kind == "clients" else (None, value)
         for p in provenance:
-            results, wall = asyncio.run(
-                loadgen.run_load(
-                    url, model, prompts, args.max_tokens, concurrency, rate, provenance=p == "on"
-                )
-            )
+            asks = {"provenance": p == "on", "logprobs": args.logprobs}
+            load = loadgen.run_load(url, model, prompts, args.max_tokens, concurrency, rate, **asks)
+            results, wall = asyncio.run(load)
             name = label if provenance == ["off"] else f"{label}, provenance {p}"
             row = loadgen.result_row(name, f"{kind}={value}", loadgen.summarize(results, wall))
             rows.append(row)

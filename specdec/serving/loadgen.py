@@ -78,9 +78,11 @@ async def one_request(
     prompt: str,
     max_tokens: int,
     provenance: bool = False,
+    logprobs: int | None = None,
 ) -> RequestResult:
-    """One streaming chat request; `provenance` asks for the per-token records too (their
-    cost is what it measures: the records are received and parsed, not checked)."""
+    """One streaming chat request; `provenance` asks for the per-token records too, and
+    `logprobs` for each token's log-probability and that many alternatives (their cost is
+    what they measure: received and parsed, not checked)."""
     options = {"include_usage": True} | ({"include_speculation": True} if provenance else {})
     body = {
         "model": model,
@@ -90,6 +92,8 @@ async def one_request(
         "stream": True,
         "stream_options": options,
     }
+    if logprobs is not None:
+        body |= {"logprobs": True, "top_logprobs": logprobs}
     start = time.perf_counter()
     result = RequestResult(ok=False)
     last = None
@@ -138,11 +142,13 @@ async def run_load(
     request_rate: float | None = None,
     seed: int = 0,
     provenance: bool = False,
+    logprobs: int | None = None,
 ) -> tuple[list[RequestResult], float]:
     """All prompts once, closed-loop at `concurrency` or open-loop at `request_rate`."""
     timeout = httpx.Timeout(600.0, connect=10.0)
     limits = httpx.Limits(max_connections=max(concurrency or 0, 64))
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        request = (client, url, model)
         start = time.perf_counter()
         if request_rate is None:
             queue = list(prompts)
@@ -152,7 +158,7 @@ async def run_load(
                 while queue:
                     prompt = queue.pop(0)
                     results.append(
-                        await one_request(client, url, model, prompt, max_tokens, provenance)
+                        await one_request(*request, prompt, max_tokens, provenance, logprobs)
                     )
 
             await asyncio.gather(*(worker() for _ in range(concurrency or 1)))
@@ -162,7 +168,7 @@ async def run_load(
             for prompt in prompts:
                 tasks.append(
                     asyncio.create_task(
-                        one_request(client, url, model, prompt, max_tokens, provenance)
+                        one_request(*request, prompt, max_tokens, provenance, logprobs)
                     )
                 )
                 await asyncio.sleep(rng.expovariate(request_rate))

@@ -138,6 +138,8 @@ def test_serving_benchmark_load_generator(server):
     assert summary["tokens_per_target_pass"] >= 1.0 and all(r.drafted > 0 for r in results)
     rate, _ = asyncio.run(loadgen.run_load(server.url, MODEL, prompts[:3], 4, request_rate=50))
     assert all(r.ok for r in rate)
+    asked, _ = asyncio.run(loadgen.run_load(server.url, MODEL, prompts[:2], 4, 2, logprobs=3))
+    assert all(r.ok and r.completion_tokens == 4 for r in asked)  # served with logprobs
     table = loadgen.format_table([loadgen.result_row("s", "clients=3", summary)])
     assert table.count("\n") == 2 and "| s | clients=3 |" in table
 
