@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import secrets
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -95,6 +96,9 @@ def build_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         runner.start(asyncio.get_running_loop())
+        # llguidance's token table (logprobs' token bytes, JSON mode) holds the GIL ~2.5 s
+        # to build: built on a quiet server now, not stalling the first such request's steps.
+        threading.Thread(target=_build_token_table, args=(engine,), daemon=True).start()
         yield
         runner.stop()
 
@@ -513,3 +517,12 @@ def _sse(body: AsyncIterator[str]) -> StreamingResponse:
     return StreamingResponse(
         body, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
     )
+
+
+def _build_token_table(engine: Engine) -> None:
+    """`engine.grammars.tokenizer`, built ahead of need; a failure is left to the request
+    that needs it, which reports it in words."""
+    try:
+        engine.grammars.tokenizer  # noqa: B018 (built on first access)
+    except Exception:  # noqa: BLE001
+        log.debug("specdec: the grammar token table was not built ahead", exc_info=True)
