@@ -87,10 +87,15 @@ def _ratio(x: float | None, y: float | None) -> float | None:
     return round(x / y, 4) if x and y else None
 
 
+def _same_turns(row: dict, base: dict | None) -> bool:
+    """Whether `row` and plain's `base` took the same turns (their runs pair one to one)."""
+    return base is not None and row.get("turns") is not None and row["turns"] == base.get("turns")
+
+
 def _paired(row: dict, base: dict | None, field: str = "runs_tokens_per_s") -> float | None:
     """Median over turns of the run's tokens/s (`field`: each run's, in run order) over
     plain's in the same turn; None unless both rows took the same turns with 2+ runs each."""
-    if base is None or row.get("turns") is None or row.get("turns") != base.get("turns"):
+    if not _same_turns(row, base):
         return None
     runs, plain = row.get(field) or [], base.get(field) or []
     if len(runs) != len(plain) or len(runs) < 2 or None in runs or None in plain:
@@ -102,7 +107,7 @@ def _requests_paired(row: dict, base: dict | None) -> tuple[float | None, ...]:
     """(geometric mean, 95% low, 95% high) of every request's tokens/s over plain's for the
     same prompt in the same turn; Nones with fewer than 6 pairs (`_t95`'s range)."""
     none = (None, None, None)
-    if base is None or row.get("turns") is None or row.get("turns") != base.get("turns"):
+    if not _same_turns(row, base):
         return none
     runs, plain = row.get("runs_request_tokens_per_s"), base.get("runs_request_tokens_per_s")
     if not runs or not plain or len(runs) != len(plain):

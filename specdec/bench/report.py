@@ -166,9 +166,12 @@ def _floor_check(rows: list[dict], field: str, what: str) -> str:
     return f"- `auto` at or above {AUTO_FLOOR}x plain decoding ({what}{how}): {verdict}"
 
 
-def _interval_check(rows: list[dict]) -> str:
-    """`auto` against the floor by its per-request 95% interval's lower bound."""
+def _interval_check(rows: list[dict]) -> str | None:
+    """`auto` against the floor by its per-request 95% interval's lower bound (None where
+    no `auto` row has an interval)."""
     auto = [r for r in rows if _is_auto(r) and r.get("request_speedup_low") is not None]
+    if not auto:
+        return None
     figures = "; ".join(
         f"{r['method']} {r['group']} {r['request_speedup']:.3f}x "
         f"({r['request_speedup_low']:.3f}-{r['request_speedup_high']:.3f})"
@@ -184,8 +187,8 @@ def _interval_check(rows: list[dict]) -> str:
 
 def checks(rows: list[dict]) -> list[str]:
     out = [_floor_check(rows, "speedup", "tokens/s, wall time")]
-    if any(_is_auto(r) and r.get("request_speedup_low") is not None for r in rows):
-        out.append(_interval_check(rows))
+    if interval := _interval_check(rows):
+        out.append(interval)
     if any(r.get("paired_decode_speedup") is not None for r in rows):
         out.append(
             _floor_check(

@@ -245,10 +245,8 @@ class DraftModelDrafter:
         paths = [[row] for row in so_far]
         if self.vocab is None:
             return process_logits(logits[:, None], processors, paths)[:, 0]
-        columns = self._columns
-        full = logits.new_full((logits.shape[0], self.target_vocab_size), float("-inf"))
-        full[:, columns] = logits
-        return process_logits(full[:, None], processors, paths)[:, 0, columns]
+        full = self._over_target(logits, float("-inf"))  # [B, V_target]
+        return process_logits(full[:, None], processors, paths)[:, 0, self._columns]
 
     def _logits(self, out, at: torch.Tensor | None = None) -> torch.Tensor:
         """The draft's logits [B, V_draft] (or [B, N] over the cut head's columns) at each
@@ -265,6 +263,12 @@ class DraftModelDrafter:
         """The id of each logit column of a cut head ([N] or [N + M]); None uncut."""
         return self.vocab if self.context is None else self.context.ids
 
+    def _over_target(self, cut: torch.Tensor, fill: float) -> torch.Tensor:
+        """A cut head's `cut [B, N]` laid out over the target's ids [B, V_target], `fill`
+        at the ids it does not score."""
+        full = cut.new_full((cut.shape[0], self.target_vocab_size), fill)
+        return full.index_copy_(1, self._columns, cut)
+
     def _argmax(self, logits: torch.Tensor) -> torch.Tensor:
         """Greedy rows' draft tokens [B]: the token `_distribution`'s one-hot q would pick,
         without building it (measured on the 0.5B draft of Qwen's 152k ids: 1.0 ms a draft
@@ -276,9 +280,7 @@ class DraftModelDrafter:
     def _distribution(self, logits: torch.Tensor, temps) -> torch.Tensor:
         """Draft logits [B, V_draft] (or [B, N] over `vocab`) -> q [B, V_target]."""
         if self.vocab is not None:
-            q = probs_from_logits(logits, *temps)  # [B, N]
-            full = q.new_zeros(q.shape[0], self.target_vocab_size)
-            return full.index_copy_(1, self._columns, q)  # [B, V_target]
+            return self._over_target(probs_from_logits(logits, *temps), 0.0)  # [B, V_target]
         logits = logits[:, : self.usable_vocab]
         q = probs_from_logits(logits, *temps)
         pad = self.target_vocab_size - q.shape[1]

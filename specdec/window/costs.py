@@ -246,9 +246,8 @@ class CostModel:
         """What prices a pass before it is timed. A stored draft timing over twice that price
         (a profiler, a busy host) is dropped: trusted, it would keep every later process
         from drafting to learn otherwise ("Warm start")."""
-        self.draft_ratio, self.target_plan_s, self.draft_plan_s = (
-            draft_ratio, target_plan_s, draft_plan_s
-        )  # fmt: skip
+        self.draft_ratio = draft_ratio
+        self.target_plan_s, self.draft_plan_s = target_plan_s, draft_plan_s
         stored = self.draft_step_s | self.draft_first_s
         if not self.drafts_timed and any(self.draft_overpriced(rows) for rows in stored):
             self.draft_step_s, self.draft_first_s = {}, {}

@@ -192,7 +192,7 @@ def test_paired_speedup_pairs_runs_of_the_same_turns_and_the_floor_check_uses_it
 def test_the_floor_is_judged_by_an_interval_over_paired_requests():
     """Twelve prompts in two turns; the second turn ran 20% slower for every method. Each
     request is paired with plain's of the same prompt in the same turn: the geometric mean
-    and its t interval (11 + 12 pairs: t(23) = 2.069) come out as computed by hand, and the
+    and its t interval (24 pairs: t(23) = 2.069) come out as computed by hand, and the
     floor line judges the lower bound, not the mean."""
     import math
     import statistics
