@@ -84,7 +84,7 @@ class EngineArgs:
     draft_tp: int = _opt(1, "1 (replicated draft) or --tp", type=int)
     learn: bool = _opt(
         False,
-        "train the --draft speculator (or eagle) heads on the requests answered, between "
+        "train the --draft speculator (or eagle, eagle3) heads on the requests answered, between "
         "engine steps and while idle, checkpointing into that directory (an empty or new one "
         "starts untrained heads)",
         action="store_true",
@@ -96,6 +96,12 @@ class EngineArgs:
         None,
         "the learner's AdamW rate after its warm-up (default 1e-3 for MLP heads, 3e-5 for an "
         "eagle head, which arrives trained)",
+        type=float,
+    )
+    learn_replay: float = _opt(
+        0.5,
+        "share of the learner's windows replayed from the stage-2 data the trainer left in "
+        "the heads directory (its stage2/ folder), where there is some; 0: traffic only",
         type=float,
     )
     learn_heads: int = _opt(3, "heads of untrained --learn heads", type=int)

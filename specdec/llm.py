@@ -220,7 +220,11 @@ class LLM:
         from specdec.training.online import LearnConfig, OnlineLearner
 
         args = self.args
-        config = args.learn_config or LearnConfig(budget=args.learn_budget, lr=args.learn_lr)
+        config = args.learn_config or LearnConfig(
+            budget=args.learn_budget, lr=args.learn_lr, replay_share=args.learn_replay
+        )
+        if spec.kind == "eagle3":  # drafts with the form it trains
+            return OnlineLearner(self.eagle, config, out=spec.value)
         if self.eagle is not None:  # trains the loaded head, serves its drafting form
             quant = self.draft_quant
             return OnlineLearner(
@@ -305,13 +309,16 @@ class LLM:
         from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
         from specdec.heads.eagle3 import load_eagle3
 
-        if self.learning:
-            raise InvalidParameterError("--learn does not train eagle3 heads yet")
         self.eagle = load_eagle3(draft, self.model, self.model.dtype, device)
         attach_aux_layers(self.model, self.eagle)
         self.engine_options["static_passes"] = False
         return lambda max_batch, max_len: Eagle3Drafter(
-            self.eagle, max_batch, max_len, self.tree, self.n_candidates
+            self.eagle if self.learner is None else self.learner.current,
+            max_batch,
+            max_len,
+            self.tree,
+            self.n_candidates,
+            learner=self.learner,
         )
 
     def _heads_drafter(self, draft: str, dtype: str, device: str, quant: str):

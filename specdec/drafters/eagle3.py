@@ -17,7 +17,7 @@ import torch
 
 from specdec.drafters.base import PassStates
 from specdec.drafters.eagle import EagleDrafter
-from specdec.errors import IncompatibleDraftError, InvalidParameterError, UnsupportedModelError
+from specdec.errors import IncompatibleDraftError, UnsupportedModelError
 from specdec.heads.eagle3 import Eagle3Head, check_aux_layers
 
 
@@ -46,9 +46,7 @@ class Eagle3Drafter(EagleDrafter):
         sampled_tree: bool = True,
         learner=None,
     ) -> None:
-        if learner is not None:
-            raise InvalidParameterError("learning while serving does not train eagle3 heads yet")
-        super().__init__(head, max_batch, max_len, tree, n_candidates, sampled_tree)
+        super().__init__(head, max_batch, max_len, tree, n_candidates, sampled_tree, learner)
 
     def _features(self, states: PassStates) -> torch.Tensor:
         """`[B, T, 3H]`: the target's auxiliary states at the kept positions."""

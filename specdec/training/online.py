@@ -29,8 +29,16 @@ logged); training stops there and serving goes on with the last published heads.
 An eagle head (`specdec.heads.eagle`) learns the same way, with its own objective
 (`train.eagle_losses`: state regression and cross-entropy over unrolled draft steps); the
 learner trains its trainable form and publishes through `serve`, which makes the drafting
-form (fused q/k/v, quantized, tuned kernels). A row that was drafting when new weights came
-keeps its cached entries from the older weights until it finishes: only its drafts suffer.
+form (fused q/k/v, quantized, tuned kernels). An EAGLE-3 head (`specdec.heads.eagle3`)
+learns from the target's auxiliary states (`PassStates.aux`) with the trainer's unrolled
+objective (`train.eagle3_losses`). A row that was drafting when new weights came keeps its
+cached entries from the older weights until it finishes: only its drafts suffer.
+
+Replay: traffic alone pulls a trained head towards the last requests and away from what it
+learnt offline. Where the heads directory holds the trainer's stage-2 continuations
+(`stage2/`, the target's own answers with their states), a share `replay_share` of every
+micro-batch's windows is drawn from them, so the head keeps its offline data in view while
+it learns the traffic.
 
 Checkpoints go to the heads directory (`config.json` + `model.safetensors`, replaced file by
 file after a complete write, plus `learn_state.json` and `learn_optimizer.pt`); a server
@@ -56,6 +64,7 @@ import torch
 
 from specdec.errors import InvalidParameterError
 from specdec.heads.eagle import EagleHead
+from specdec.heads.eagle3 import Eagle3Head
 from specdec.heads.mlp import WEIGHTS, MLPSpeculator
 
 logger = logging.getLogger("specdec.learn")
@@ -89,6 +98,9 @@ class LearnConfig:
     # an Intel Xeon with AMX, the Qwen 1.5B's eagle head: 263 positions/s against 124 in
     # fp32 (micro-batches of 2 windows; archived runs, git tag archive/bench-runs).
     autocast: bool | None = None
+    # Share of each micro-batch's windows drawn from the heads directory's stored stage-2
+    # data, where it holds some (see "Replay"); 0: the traffic only.
+    replay_share: float = 0.5
 
     def __post_init__(self) -> None:
         def check(ok: bool, message: str) -> None:
@@ -102,6 +114,8 @@ class LearnConfig:
         check(self.checkpoint_every >= 0 and self.window >= 1, "intervals must be >= 0")
         check(self.lr is None or self.lr > 0, f"lr must be > 0, got {self.lr}")
         check(self.warmup_steps >= 0, "warmup_steps must be >= 0")
+        share = self.replay_share
+        check(0 <= share < 1, f"replay_share must be in [0, 1), got {share}")
 
 
 class TrafficBuffer:
@@ -181,12 +195,17 @@ class OnlineLearner:
         self.cfg = cfg = cfg or LearnConfig()
         self.out = None if out is None else Path(out).expanduser()
         self.buffer = TrafficBuffer(cfg.buffer_tokens)
+        # what a target pass hands the heads: an EAGLE-3 head reads the auxiliary states
+        self.reads_aux = isinstance(heads, Eagle3Head)
+        self._dtype = next(heads.parameters()).dtype
+        self.replay = None  # the stored stage-2 data replayed beside the traffic
+        if cfg.replay_share:
+            self.replay = _replay_store(self.out, heads, cfg.buffer_tokens, self._dtype)
         self.serve = serve
         self.published = heads  # the trainable form of `current`: what a checkpoint saves
         self.current = heads if current is None else current  # what the drafters use
-        self._dtype = next(heads.parameters()).dtype
         self.student = _student(heads)
-        eagle = isinstance(heads, EagleHead)
+        eagle = isinstance(heads, (EagleHead, Eagle3Head))
         self.lr = cfg.lr if cfg.lr is not None else (EAGLE_LR if eagle else MLP_LR)
         self.opt = torch.optim.AdamW(self.student.trainable, lr=self.lr, betas=(0.9, 0.95))
         self.version, self.steps, self.loss = 0, 0, None
@@ -299,16 +318,19 @@ class OnlineLearner:
     def _micro_step(self) -> bool:
         """Forward and backward over one micro-batch of windows; the optimizer step (and
         any publish or checkpoint) when they complete a batch. Returns whether it stepped."""
-        from specdec.training.losses import eagle_losses, head_losses
+        from specdec.training.losses import eagle3_losses, eagle_losses, head_losses
 
         cfg = self.cfg
         B = min(cfg.micro_batch, cfg.batch_size - self._windows)
         L = max(cfg.seq_len, self.student.config.n_predict + 3)
-        hidden, tokens, valid, real = self.buffer.sample(B, L, self._rng, with_states=True)
+        hidden, tokens, valid, real = self._windows_of(B, L)
         device = self._device
         hidden, tokens = hidden.to(device), tokens.to(device)
         with torch.autocast(device.type, torch.bfloat16, enabled=self.autocast):
-            if isinstance(self.student, EagleHead):  # its regression needs the state itself
+            if isinstance(self.student, Eagle3Head):
+                steps = min(EAGLE_STEPS, self.student.config.n_predict)
+                loss, m = eagle3_losses(self.student, hidden, tokens, valid.to(device), steps=steps)
+            elif isinstance(self.student, EagleHead):  # its regression needs the state itself
                 steps = min(EAGLE_STEPS, self.student.config.n_predict)
                 noise = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.steps)
                 loss, m = eagle_losses(
@@ -333,6 +355,19 @@ class OnlineLearner:
         if cfg.checkpoint_every and self.steps % cfg.checkpoint_every == 0:
             self.checkpoint()
         return True
+
+    def _windows_of(self, B: int, L: int) -> tuple[torch.Tensor, ...]:
+        """B windows (`TrafficBuffer.sample` with states), each from the stored stage-2 data
+        with probability `replay_share` where there is some, else from the traffic."""
+        stored = 0
+        if self.replay is not None:
+            stored = sum(self._rng.random() < self.cfg.replay_share for _ in range(B))
+        parts = [
+            buffer.sample(n, L, self._rng, with_states=True)
+            for buffer, n in ((self.buffer, B - stored), (self.replay, stored))
+            if n
+        ]
+        return tuple(torch.cat(tensors) for tensors in zip(*parts, strict=True))
 
     def rate(self, step: int) -> float:
         """The learning rate of optimizer step `step` (from 0): the warm-up, then `lr`."""
@@ -402,6 +437,7 @@ class OnlineLearner:
             "steps": self.steps,
             "buffer_tokens": self.buffer.tokens,
             "buffer_requests": len(self.buffer),
+            "replay_tokens": 0 if self.replay is None else self.replay.tokens,
             "requests_seen": self.buffer.requests,
             "loss": None if self.loss is None else round(self.loss, 4),
             "acceptance_per_head": [
@@ -423,6 +459,36 @@ MLP_LR = 1e-3  # the default rates (`LearnConfig.lr`): MLP heads learn from scra
 # to a final rate of 3e-5, lost 0.10-0.15 tokens per pass on held-out chat over a
 # 500-request replay at 3e-4 (k = 5: 2.02-2.06 -> 1.87-1.94) and held at 3e-5 (2.00-2.05).
 EAGLE_LR = 3e-5
+
+
+def _replay_store(out: Path | None, heads, max_tokens: int, dtype) -> TrafficBuffer | None:
+    """The stage-2 continuations stored in the heads directory `out` (the trainer's), up to
+    `max_tokens`, their states in the serving dtype; None where there are none. Files whose
+    states do not fit the heads (another kind's) are left out with a warning."""
+    from specdec.training.stages import STAGE2, stage2_segments
+
+    files = [] if out is None else sorted((out / STAGE2).glob("chunk-*.safetensors"))
+    width = getattr(heads, "feature_size", None) or heads.config.emb_dim
+    store = TrafficBuffer(max_tokens)
+    for file in files:
+        try:
+            segments = stage2_segments(file)
+        except Exception as err:  # a torn or foreign file costs its replay, never serving
+            logger.warning("specdec: learning leaves out %s (%s)", file, err)
+            continue
+        for tokens, states in segments:
+            if states.shape[-1] != width:
+                logger.warning(
+                    "specdec: learning leaves out %s: states of width %d, the heads read %d",
+                    file,
+                    states.shape[-1],
+                    width,
+                )
+                break
+            store.add(tokens, states[:-1].to(dtype))  # the last token's state predicts nothing
+        if store.tokens >= max_tokens:
+            break
+    return store if len(store) else None
 
 
 def copy_heads(module, tables_from):
@@ -466,10 +532,11 @@ class RequestRecorder:
     def record(self, states) -> None:
         """A pass's kept positions (`PassStates`): copied, so the pass's tensors can go."""
         lengths = states.lengths.tolist()  # not the step's sync: only when learning
+        features = states.aux if self.learner.reads_aux else states.hidden
         for b, n in enumerate(lengths):
             row = self.rows[states.first_row + b]
             row["tokens"].append(states.tokens[b, :n].clone())
-            row["hidden"].append(states.hidden[b, :n].clone())
+            row["hidden"].append(features[b, :n].clone())
 
     def commit(self, next_tokens: torch.Tensor) -> None:
         for row, token in zip(self.rows, next_tokens.tolist(), strict=False):

@@ -70,6 +70,7 @@ STAGE1_LABELS = ("text", "target")
 # MLP heads (`model`), one decoder layer over the final states (`eagle`), or EAGLE-3's layer
 # over three layers' inputs, in vLLM's layout (`eagle3`)
 KINDS = ("mlp", "eagle", "eagle3")
+STAGE2 = "stage2"  # the heads directory's cache of stage-2 continuations and states
 
 
 @dataclass(frozen=True)
@@ -428,7 +429,7 @@ class SpeculatorTrainer:
     def stage2(self, spec, state: dict | None) -> None:
         cfg = self.cfg
         pool = self.continuations(
-            self.out / "stage2",
+            self.out / STAGE2,
             self.train_docs,
             cfg.pool_size,
             cfg.stage2_max_tokens,
@@ -462,8 +463,6 @@ class SpeculatorTrainer:
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """`count` (segment tokens [S], target states [S, E]) pairs: the last prompt token
         and the target's continuation, generated in batches and cached in `where`."""
-        from safetensors.torch import load_file, save_file
-
         from specdec.engine import Engine
         from specdec.models.transformer import right_pad
 
@@ -501,16 +500,12 @@ class SpeculatorTrainer:
                 self.throughput.add("target", 0, time.perf_counter() - started)
                 padded, lengths = right_pad(seqs)
                 hidden = self.states(padded, lengths)  # [b, S, E]
-                tensors = {}
-                for j, (p, seq) in enumerate(zip(batch, seqs, strict=True)):
-                    span = slice(len(p) - 1, len(seq))
-                    tensors[f"tokens.{j}"] = torch.tensor(seq[span])
-                    tensors[f"hidden.{j}"] = hidden[j, span].cpu().contiguous()  # target dtype
-                save_file(tensors, str(file.with_suffix(".tmp")))
-                file.with_suffix(".tmp").rename(file)
-            loaded = load_file(str(file))
-            for j in range(sum(k.startswith("tokens.") for k in loaded)):
-                pool.append((loaded[f"tokens.{j}"], loaded[f"hidden.{j}"]))
+                segments = [
+                    (torch.tensor(seq[len(p) - 1 :]), hidden[j, len(p) - 1 : len(seq)])
+                    for j, (p, seq) in enumerate(zip(batch, seqs, strict=True))
+                ]
+                save_stage2_segments(file, segments)
+            pool.extend(stage2_segments(file))
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(target=self.throughput.postfix()["target"])
@@ -642,6 +637,29 @@ class SpeculatorTrainer:
 
     def _write_eval(self, results: dict) -> None:
         (self.out / "eval.json").write_text(json.dumps(results, indent=1) + "\n")
+
+
+def save_stage2_segments(file: Path, segments) -> None:
+    """Write (tokens [S], states [S, E]) pairs as one chunk (whole, or not at all)."""
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for j, (tokens, states) in enumerate(segments):
+        tensors[f"tokens.{j}"] = tokens
+        tensors[f"hidden.{j}"] = states.cpu().contiguous()  # the target's dtype
+    save_file(tensors, str(file.with_suffix(".tmp")))
+    file.with_suffix(".tmp").rename(file)
+
+
+def stage2_segments(file: Path) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One chunk of cached stage-2 continuations: (tokens [S], states [S, E]) pairs (the
+    last prompt token and the continuation; E: what the heads read). Also what
+    `serve --learn` replays from a trained head's directory (`training.online`)."""
+    from safetensors.torch import load_file
+
+    loaded = load_file(str(file))
+    count = sum(k.startswith("tokens.") for k in loaded)
+    return [(loaded[f"tokens.{j}"], loaded[f"hidden.{j}"]) for j in range(count)]
 
 
 def _pad_segments(
