@@ -104,7 +104,9 @@ def _scratch_copy(heads: Path) -> Path:
     """A copy of the heads folder that a run may change (the starting heads stay as
     they are)."""
     scratch = Path(tempfile.mkdtemp(prefix="specdec-heads-"))
-    return Path(shutil.copytree(heads, scratch / "heads"))
+    # (not the trainer's stage-1 cache or checkpoint: gigabytes no learner reads)
+    skip = shutil.ignore_patterns("stage1", "checkpoint")
+    return Path(shutil.copytree(heads, scratch / "heads", ignore=skip))
 
 
 def _todo(args, tokenizer, done: set[int]) -> list[tuple[int, int, list[int]]]:
@@ -139,6 +141,7 @@ def replay(args) -> None:
         lr=args.lr,
         publish_every=NEVER if args.mode == "frozen" else 5,
         checkpoint_every=10,
+        replay_share=args.replay,
     )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     llm = LLM(
@@ -379,6 +382,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--budget", type=float, default=0.25)
     ap.add_argument("--lr", type=float, default=None, help="the learner's rate (LearnConfig.lr)")
     ap.add_argument("--learn-heads", type=int, default=3)
+    ap.add_argument(
+        "--replay",
+        type=float,
+        default=LearnConfig.replay_share,
+        help="share of windows from the heads folder's stage2/ data (LearnConfig.replay_share)",
+    )
     ap.add_argument("--window", type=int, default=50)
     ap.add_argument(
         "--draft-vocab", type=int, default=0, help="new heads score this many ids (0: all)"
