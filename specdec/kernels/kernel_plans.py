@@ -21,8 +21,10 @@ Where each rule comes from (the archived docs/BENCHMARKS.md, git tag archive/ben
   0.77-0.87x on a Xeon with AMX (`tuning.tune_bf16_panels`).
 - int4 tile prefetch: into L1 on the Zen 4 (the level the tiles were written for), into L2
   on the Xeon (40.6 ms against 58.8 ms a sweep at one row).
-- int4 tile layout: kept (Zen 4: 4 rows 1.05x one row in tiles, 1.6x in rows; Xeon: the
-  0.5B steps 1.45x faster in tiles).
+- int4 tile layout: kept with AVX-512 and AMX (Zen 4: 4 rows 1.05x one row in tiles, 1.6x
+  in rows; Xeon: the 0.5B steps 1.45x faster in tiles); rows with AVX2, where a one-row
+  pass was 5-24% slower in tiles in 9 of the pair's 10 groups on a Zen 3
+  (`tuning.keeps_tiles`).
 - the native decode stack: int4 steps of up to 8 rows (`quant.PACKED_MAX_ROWS`); bf16 steps
   of up to 4 (Zen 3: 16 ms a SmolLM2 step against 27 eager; at 8 rows the 1.5B's eager
   layers won, 149 ms against 180-190; decode_stack's doc).
@@ -50,7 +52,7 @@ PREDICTED: dict[str, dict] = {
         "bfloat16": _bf16("fp32_panels"),
         "panels": (8, 1),
         "prefetch": 0,
-        "tiles": True,
+        "tiles": False,
         "stack": {"int4": 8, "bf16": 4},
     },
     "avx512": {

@@ -508,14 +508,35 @@ def measure_layout(layers: list[nn.Module]) -> dict:
         )
     finally:
         lay(True)
-    faster = sum(seconds["tiles"].values()) < sum(seconds["rows"].values())
-    return {"tiles": faster, "seconds": seconds, "layers": len(layers)}
+    return {
+        "tiles": keeps_tiles(seconds),
+        "seconds": seconds,
+        "layers": len(layers),
+        "rule": LAYOUT_RULE,
+    }
+
+
+# What `keeps_tiles` decides by (stored with each choice: a choice made by another rule is
+# timed again).
+LAYOUT_RULE = "no slower at one row, faster at one and four"
+
+
+def keeps_tiles(seconds: dict[str, dict[str, float]]) -> bool:
+    """Whether a group keeps the tile layout, from `measure_layout`'s seconds: no slower
+    than rows at one row (every decode step's width, speculative or not) and faster at one
+    and four rows together. The sum alone kept tiles that were 8-10% slower at one row on a
+    Zen 3 (the 1.5B's qkv and gate/up), and int4 plain decoding ran 0.93x rows (95% interval
+    0.91-0.95 over 36 paired requests) for k = 3 speculation at 1.03x (0.97-1.11 over 30):
+    docs/benchmarks.md, "AVX2: AMD EPYC Zen 3"."""
+    tiles, rows = seconds["tiles"], seconds["rows"]
+    return tiles["1"] <= rows["1"] and sum(tiles.values()) < sum(rows.values())
 
 
 def tune_layout(model: nn.Module, *, cache: Path | None = None, retune: bool = False) -> dict:
     """Keep the int4 tile layout only in the groups of `model`'s layers where it was timed
-    faster here than the row layout, at one row and at four (a decode step, a k = 3 verify
-    pass); the other groups drop their tiles and run in rows. Stored per machine (the
+    no slower here than the row layout at one row and faster at one and four (a decode
+    step, a k = 3 verify pass; `keeps_tiles`); the other groups drop their tiles and run in
+    rows. Stored per machine (the
     kernel cache's `tile_layout` section, keyed by the tiled group), so a later process
     reads the choice. Run after `tune_prefetch` (the tiles stream at its level) and before
     `tune_kernels` (a group's plan is timed in the layout it keeps; `group_key` names it).
@@ -551,7 +572,9 @@ def tune_layout(model: nn.Module, *, cache: Path | None = None, retune: bool = F
 
 
 def _layout_pending(entry: dict | None) -> bool:
-    return entry is None or entry.get("predicted") or not isinstance(entry.get("tiles"), bool)
+    if entry is None or entry.get("predicted") or entry.get("rule") != LAYOUT_RULE:
+        return True
+    return not isinstance(entry.get("tiles"), bool)
 
 
 def pending_steps(model: nn.Module, *, cache: Path | None = None) -> int:

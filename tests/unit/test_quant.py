@@ -316,15 +316,29 @@ def test_tile_prefetch_levels_compute_the_same_products_and_are_chosen_once(
         native.set_tile_prefetch(0)
 
 
+def test_tiles_are_kept_only_where_no_slower_at_one_row():
+    """Faster at four rows but slower at one (the Zen 3's qkv): rows; no slower at one and
+    faster in sum (its down projection): tiles; faster at one, slower in sum: rows."""
+    from specdec.kernels import tuning
+
+    def seconds(t1, t4, r1, r4):
+        return {"tiles": {"1": t1, "4": t4}, "rows": {"1": r1, "4": r4}}
+
+    assert not tuning.keeps_tiles(seconds(5.37, 6.20, 4.87, 6.83))
+    assert tuning.keeps_tiles(seconds(15.97, 20.34, 16.78, 24.24))
+    assert not tuning.keeps_tiles(seconds(1.0, 9.0, 1.1, 5.0))
+
+
 def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
     tile_kernels, monkeypatch, tmp_path
 ):
     """`tune_layout` times each group of a model's tiled int4 layers in tiles and in rows
-    and keeps the tiles only where they were faster (a draft model is no longer kept in
+    and keeps the tiles only where `keeps_tiles` says (a draft model is no longer kept in
     rows by a rule tuned on a Zen 4); the choice is stored per machine and read back
-    without timing; a group that keeps rows drops its tiles, its plans are keyed apart
-    (`group_key`), the decode stack rebuilt from the layers computes what the eager layers
-    do, and the model's outputs stay those of the same 4-bit weights."""
+    without timing, and a choice stored by another rule is timed again; a group that keeps
+    rows drops its tiles, its plans are keyed apart (`group_key`), the decode stack rebuilt
+    from the layers computes what the eager layers do, and the model's outputs stay those
+    of the same 4-bit weights."""
     from specdec.kernels import tuning
     from specdec.kernels.decode_stack import tune_stack
     from specdec.kernels.quantize import with_decode_stack
@@ -343,9 +357,9 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
     assert set(chosen) == set(tiled)
     for key, entry in chosen.items():
         assert set(entry["seconds"]) == {"tiles", "rows"}
-        faster = sum(entry["seconds"]["tiles"].values()) < sum(entry["seconds"]["rows"].values())
-        assert entry["tiles"] is faster
-        assert (tiled[key].tiles.numel() > 0) is faster  # a group timed faster in rows drops them
+        kept = tuning.keeps_tiles(entry["seconds"])
+        assert entry["tiles"] is kept and entry["rule"] == tuning.LAYOUT_RULE
+        assert (tiled[key].tiles.numel() > 0) is kept  # a group that keeps rows drops them
 
     # Read back without timing; a stored "rows" drops the tiles of that group only.
     fresh = quantize(native_from_hf(hf_tiny("qwen2", hidden_size=128)), "int4")
@@ -360,6 +374,8 @@ def test_tile_layout_is_kept_where_timed_faster_and_the_choice_is_stored(
     tuning.store(cache, "tile_layout", stored)
     monkeypatch.setattr(tuning, "measure_layout", lambda layers: pytest.fail("timed"))
     assert tuning.tune_layout(fresh, cache=cache) == {key: stored[key] for key in chosen}
+    older = {key: {k: v for k, v in entry.items() if k != "rule"} for key, entry in stored.items()}
+    assert all(tuning._layout_pending(entry) for entry in older.values())
     assert all(p.tiles.numel() == 0 for p in o_projs)
     assert not tuning.group_key(o_projs[0]).endswith("tiles")
     # Every other group keeps its tiles.
