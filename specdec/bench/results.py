@@ -31,6 +31,7 @@ CSV_COLUMNS = (
     "batch",
     "temperature",
     "method",
+    "peer_dtype",  # a peer's own dtype where it differs (vLLM in fp32 on a CPU without bf16)
     "tp",
     "status",
     "requests",

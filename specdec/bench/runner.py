@@ -430,6 +430,10 @@ class Runner:
         # Other processes' load while it ran (1-minute average, all CPUs): a point measured
         # under load above the core count shares its CPUs and is slower than it should be.
         row["load_1m"] = round(os.getloadavg()[0], 2)
+        if point.method.startswith("vllm"):  # its own dtype where the CPU lacks ours
+            from specdec.bench.vllm_peer import vllm_dtype
+
+            row["peer_dtype"] = vllm_dtype(self.dtype, str(self.device))
         # Whether this process's threads had cores of their own when the point finished:
         # a 2-vCPU VM's vCPUs were at times one core's hardware threads (half the FMAs,
         # `host.SHARED_CORES_SCALING`), which the load average does not show.
@@ -627,7 +631,7 @@ class Runner:
         if k and self.draft_name is None:
             raise Skip("no draft model given (--draft)")
         if self._vllm is None or self._vllm[0] != k:
-            from specdec.bench.vllm_peer import VllmError, VllmPeer
+            from specdec.bench.vllm_peer import VllmError, VllmPeer, vllm_dtype
             from specdec.hub import resolve
 
             self.close()  # one vLLM process at a time: each holds its models and KV cache
@@ -640,7 +644,7 @@ class Runner:
                     k=k,
                     max_model_len=min(8192, context),
                     threads=torch.get_num_threads(),
-                    dtype=self.dtype,
+                    dtype=vllm_dtype(self.dtype, str(self.device)),
                 )
             except VllmError as err:
                 raise Skip(str(err)) from None

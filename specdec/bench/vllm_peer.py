@@ -23,6 +23,17 @@ from pathlib import Path
 WORKER = Path(__file__).with_name("vllm_worker.py")
 
 
+def vllm_dtype(dtype: str, device: str = "cpu") -> str:
+    """The dtype vLLM runs in beside a run of ours in `dtype`: fp32 on a CPU without bf16
+    matmul instructions, where vLLM's CPU build cannot multiply bf16 at all (on an AVX2 Zen
+    3 its bf16 load failed), so the peer runs there rather than not at all."""
+    import torch
+
+    if dtype == "bf16" and device == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return "fp32"
+    return dtype
+
+
 class VllmError(RuntimeError):
     """The vLLM worker could not start or answer; the message ends with its log's tail."""
 

@@ -590,3 +590,17 @@ def test_a_llamacpp_install_that_does_not_import_is_a_reason_not_a_crash(monkeyp
     monkeypatch.setattr(builtins, "__import__", broken)
     with pytest.raises(RuntimeError, match="does not import .*diskcache.*without --no-deps"):
         llamacpp_model(tmp_path / "model.gguf", 256)
+
+
+def test_vllm_runs_fp32_beside_bf16_on_a_cpu_without_bf16(monkeypatch):
+    """vLLM's CPU build cannot multiply bf16 without the instructions: the peer runs in
+    fp32 there (recorded as the row's `peer_dtype`), and in our dtype elsewhere."""
+    import torch
+
+    from specdec.bench.vllm_peer import vllm_dtype
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert vllm_dtype("bf16") == "fp32" and vllm_dtype("fp32") == "fp32"
+    assert vllm_dtype("bf16", "cuda") == "bf16"
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert vllm_dtype("bf16") == "bf16"
