@@ -536,10 +536,10 @@ def tune_layout(model: nn.Module, *, cache: Path | None = None, retune: bool = F
     """Keep the int4 tile layout only in the groups of `model`'s layers where it was timed
     no slower here than the row layout at one row and faster at one and four (a decode
     step, a k = 3 verify pass; `keeps_tiles`); the other groups drop their tiles and run in
-    rows. Stored per machine (the
-    kernel cache's `tile_layout` section, keyed by the tiled group), so a later process
-    reads the choice. Run after `tune_prefetch` (the tiles stream at its level) and before
-    `tune_kernels` (a group's plan is timed in the layout it keeps; `group_key` names it).
+    rows. Stored per machine (the kernel cache's `tile_layout` section, keyed by the tiled
+    group), so a later process reads the choice. Run after `tune_prefetch` (the tiles
+    stream at its level) and before `tune_kernels` (a group's plan is timed in the layout
+    it keeps; `group_key` names it).
 
     Why measured: on a Zen 4 one row of the 0.5B's head streamed 1.2x faster in rows, so
     draft models kept rows by rule; on an Intel Xeon with AMX the same 0.5B decodes a token
