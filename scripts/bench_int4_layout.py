@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 
 import torch
 
-from specdec.bench.analysis import _t95
+from specdec.bench.analysis import ratio_interval
 from specdec.data import CODE_PROMPTS, sharegpt_prompts
 from specdec.kernels import decode_stack, tuning
 from specdec.kernels.quantize import with_decode_stack
@@ -71,12 +70,9 @@ def main() -> None:
         (a, a_ids), (b, b_ids) = got["A"], got["B"]
         pairs.append({"a": a, "b": b, "same_tokens": a_ids == b_ids})
         print(f"{i:3d}  A {a:6.2f}  B {b:6.2f}  A/B {a / b:.3f}", flush=True)
-    logs = [math.log(p["a"] / p["b"]) for p in pairs]
-    mean = statistics.fmean(logs)
-    half_width = _t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    low, high = math.exp(mean - half_width), math.exp(mean + half_width)
+    mean, low, high = ratio_interval([p["a"] / p["b"] for p in pairs])
     print(
-        f"A/B {math.exp(mean):.3f} (95% {low:.3f}-{high:.3f}) over {len(pairs)} pairs; median "
+        f"A/B {mean:.3f} (95% {low:.3f}-{high:.3f}) over {len(pairs)} pairs; median "
         f"A {statistics.median(p['a'] for p in pairs):.2f}, "
         f"B {statistics.median(p['b'] for p in pairs):.2f} tok/s; "
         f"same tokens in {sum(p['same_tokens'] for p in pairs)} of {len(pairs)}"

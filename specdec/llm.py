@@ -294,14 +294,7 @@ class LLM:
 
             self._eagle_source, head = head, copy_heads(head, head)
         self.eagle = _drafting_form(head, quant)
-        return lambda max_batch, max_len: EagleDrafter(
-            self.eagle if self.learner is None else self.learner.current,
-            max_batch,
-            max_len,
-            self.tree,
-            self.n_candidates,
-            learner=self.learner,
-        )
+        return self._eagle_factory(EagleDrafter)
 
     def _eagle3_drafter(self, draft: str, dtype: str, device: str, quant: str):
         """An EAGLE-3 head (vLLM's layout) drafting from the target's layer inputs, which
@@ -312,7 +305,12 @@ class LLM:
         self.eagle = load_eagle3(draft, self.model, self.model.dtype, device)
         attach_aux_layers(self.model, self.eagle)
         self.engine_options["static_passes"] = False
-        return lambda max_batch, max_len: Eagle3Drafter(
+        return self._eagle_factory(Eagle3Drafter)
+
+    def _eagle_factory(self, drafter_class):
+        """`(max_batch, max_len) -> drafter` of an eagle or EAGLE-3 head: the loaded one,
+        or with `--learn` the learner's newest."""
+        return lambda max_batch, max_len: drafter_class(
             self.eagle if self.learner is None else self.learner.current,
             max_batch,
             max_len,

@@ -112,17 +112,24 @@ def _requests_paired(row: dict, base: dict | None) -> tuple[float | None, ...]:
     runs, plain = row.get("runs_request_tokens_per_s"), base.get("runs_request_tokens_per_s")
     if not runs or not plain or len(runs) != len(plain):
         return none
-    logs = [
-        math.log(r / p)
+    ratios = [
+        r / p
         for run, plain_run in zip(runs, plain, strict=True)
         for r, p in zip(run, plain_run, strict=False)
         if r and p
     ]
-    if len(logs) < 6:
+    if len(ratios) < 6:
         return none
+    return tuple(round(x, 4) for x in ratio_interval(ratios))
+
+
+def ratio_interval(ratios: list[float]) -> tuple[float, float, float]:
+    """(geometric mean, 95% low, 95% high) of paired ratios (at least 2; `_t95` is within
+    1% of the table from 6), from a t interval on their logs."""
+    logs = [math.log(r) for r in ratios]
     mean, n = statistics.fmean(logs), len(logs)
     half = _t95(n - 1) * statistics.stdev(logs) / math.sqrt(n)
-    return tuple(round(math.exp(x), 4) for x in (mean, mean - half, mean + half))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def _t95(df: int) -> float:
