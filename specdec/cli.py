@@ -156,8 +156,12 @@ def _train_speculator_args(sub) -> None:
     )
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=256, help="tokens per stage-1 row")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--stage2-lr", type=float, default=3e-4)
+    p.add_argument(
+        "--lr", type=float, default=None, help="stage-1 peak rate (default 1e-3; eagle3 3e-4)"
+    )
+    p.add_argument(
+        "--stage2-lr", type=float, default=None, help="stage-2 peak (default 3e-4; eagle3 1e-4)"
+    )
     p.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
     p.add_argument(
         "--own-tables",

@@ -407,3 +407,27 @@ def test_a_head_for_another_target_is_refused(target, tmp_path):
     weights.write_bytes(weights.read_bytes()[:-100])
     with pytest.raises(ModelIntegrityError, match="corrupt or truncated"):
         load_eagle3(tmp_path / "h", target)
+
+
+def test_a_fresh_head_starts_near_uniform_where_the_targets_tables_are_sharp(target):
+    """A fresh head scores about ln(N) a token even for a target whose final norm and
+    vocabulary head give sharp logits (the Qwen 1.5B's norm weighs ~4.6): it starts from
+    not knowing, not from being confidently wrong."""
+    import copy
+
+    from specdec.training.losses import eagle3_losses
+
+    sharp = copy.deepcopy(target)
+    with torch.no_grad():
+        sharp.norm.weight.fill_(5.0)
+        sharp.lm_head.weight.mul_(5.0)
+    tokens = torch.randint(
+        0, sharp.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0)
+    )
+    aux = torch.stack([aux_states(sharp, row) for row in tokens])  # [2, 24, 3H]
+    torch.manual_seed(0)
+    head = build_eagle3(sharp, intermediate_size=48, n_predict=3, aux_layer_ids=AUX)
+    valid = torch.ones_like(tokens, dtype=torch.bool)
+    _, m = eagle3_losses(head, aux, tokens, valid, steps=3)
+    uniform = math.log(head.config.draft_vocab_size)
+    assert all(loss < uniform + 0.5 for loss in m.loss_per_head), (m.loss_per_head, uniform)
