@@ -66,6 +66,7 @@ from specdec.errors import InvalidParameterError
 from specdec.heads.eagle import EagleHead
 from specdec.heads.eagle3 import Eagle3Head
 from specdec.heads.mlp import WEIGHTS, MLPSpeculator
+from specdec.training.segments import STAGE2, stage2_segments
 
 logger = logging.getLogger("specdec.learn")
 STATE = "learn_state.json"
@@ -465,8 +466,6 @@ def _replay_store(out: Path | None, heads, max_tokens: int, dtype) -> TrafficBuf
     """The stage-2 continuations stored in the heads directory `out` (the trainer's), up to
     `max_tokens`, their states in the serving dtype; None where there are none. Files whose
     states do not fit the heads (another kind's) are left out with a warning."""
-    from specdec.training.stages import STAGE2, stage2_segments
-
     files = [] if out is None else sorted((out / STAGE2).glob("chunk-*.safetensors"))
     width = getattr(heads, "feature_size", None) or heads.config.emb_dim
     store = TrafficBuffer(max_tokens)

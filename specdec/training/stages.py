@@ -57,6 +57,7 @@ from specdec.training.corpus import (
     most_frequent_ids,
 )
 from specdec.training.losses import eagle3_losses, eagle_losses, head_losses
+from specdec.training.segments import STAGE2, pad_segments, save_stage2_segments, stage2_segments
 from specdec.training.target import (
     TargetStates,
     Throughput,
@@ -74,7 +75,6 @@ KINDS = ("mlp", "eagle", "eagle3")
 # raw layer inputs, whose attention-sink rows reach thousands: at 1e-3 it made no progress in
 # 60 steps on the Qwen 1.5B (10.5 nats a token, uniform is 10.4); at 3e-4 it learns.
 PEAK_LR = {"mlp": (1e-3, 3e-4), "eagle": (1e-3, 3e-4), "eagle3": (3e-4, 1e-4)}
-STAGE2 = "stage2"  # the heads directory's cache of stage-2 continuations and states
 
 
 @dataclass(frozen=True)
@@ -454,7 +454,7 @@ class SpeculatorTrainer:
             perm = list(range(len(pool)))
             random.Random(cfg.seed * 1000 + epoch).shuffle(perm)
             picked = [pool[perm[(index + j) % len(pool)]] for j in range(cfg.batch_size)]
-            return (*_pad_segments(picked, cfg.heads + 2, self.device), None)
+            return (*pad_segments(picked, cfg.heads + 2, self.device), None)
 
         self._train(spec, 2, cfg.stage2_steps, cfg.stage2_lr, state, next_batch, lambda: 0)
 
@@ -645,43 +645,6 @@ class SpeculatorTrainer:
 
     def _write_eval(self, results: dict) -> None:
         (self.out / "eval.json").write_text(json.dumps(results, indent=1) + "\n")
-
-
-def save_stage2_segments(file: Path, segments) -> None:
-    """Write (tokens [S], states [S, E]) pairs as one chunk (whole, or not at all)."""
-    from safetensors.torch import save_file
-
-    tensors = {}
-    for j, (tokens, states) in enumerate(segments):
-        tensors[f"tokens.{j}"] = tokens
-        tensors[f"hidden.{j}"] = states.cpu().contiguous()  # the target's dtype
-    save_file(tensors, str(file.with_suffix(".tmp")))
-    file.with_suffix(".tmp").rename(file)
-
-
-def stage2_segments(file: Path) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One chunk of cached stage-2 continuations: (tokens [S], states [S, E]) pairs (the
-    last prompt token and the continuation; E: what the heads read). Also what
-    `serve --learn` replays from a trained head's directory (`training.online`)."""
-    from safetensors.torch import load_file
-
-    loaded = load_file(str(file))
-    count = sum(k.startswith("tokens.") for k in loaded)
-    return [(loaded[f"tokens.{j}"], loaded[f"hidden.{j}"]) for j in range(count)]
-
-
-def _pad_segments(
-    segments, min_len: int, device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Stage-2 segments as one batch: states [B, S, E], tokens [B, S], valid [B, S]."""
-    S = max(min_len, *(len(t) for t, _ in segments))
-    E = segments[0][1].shape[1]
-    hidden = torch.zeros(len(segments), S, E)
-    tokens = torch.zeros(len(segments), S, dtype=torch.long)
-    valid = torch.zeros(len(segments), S, dtype=torch.bool)
-    for b, (t, h) in enumerate(segments):
-        hidden[b, : len(t)], tokens[b, : len(t)], valid[b, 1 : len(t)] = h, t, True
-    return hidden.to(device), tokens.to(device), valid.to(device)
 
 
 def _progress(enabled: bool, total: int, initial: int, desc: str):

@@ -19,7 +19,7 @@ from specdec.heads import build_speculator
 from specdec.heads.eagle3 import build_eagle3, load_eagle3
 from specdec.params import SamplingParams
 from specdec.training.online import LearnConfig, OnlineLearner, copy_heads
-from specdec.training.stages import STAGE2, save_stage2_segments
+from specdec.training.segments import STAGE2, save_stage2_segments
 from specdec.training.target import TargetStates
 from specdec.window import FixedWindow
 
