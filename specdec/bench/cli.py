@@ -98,7 +98,7 @@ def add_parser(subparsers) -> None:
         "--heads",
         default=None,
         help="trained speculator heads for the target (specdec train-speculator --out DIR), "
-        "or an eagle head directory: adds heads-auto (and heads-tree with "
+        "or an eagle or EAGLE-3 head directory: adds heads-auto (and heads-tree with "
         "--heads-tree) unless --methods names them",
     )
     p.add_argument("--heads-tree", type=_ints, default=None, help="top-k per head, e.g. 4,3,2")

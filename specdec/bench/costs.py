@@ -22,6 +22,7 @@ import torch
 from specdec.acceptors import Draft, RejectionSampler
 from specdec.graphs.static_pass import StaticPasses, use_static_passes
 from specdec.heads.eagle import EagleHead
+from specdec.heads.eagle3 import Eagle3Head
 from specdec.params import SamplingParams
 from specdec.sampling import make_generator, param_tensors, probs_from_logits, request_probs, sample
 from specdec.window import CostModel
@@ -183,7 +184,8 @@ def measure_costs(
 def _heads_entry(heads, rows: int, repeats: int, target_s: float, clock) -> dict:
     if heads is None:
         return {}
-    timed = eagle_step_seconds if isinstance(heads, EagleHead) else heads_step_seconds
+    eagle = isinstance(heads, EagleHead | Eagle3Head)
+    timed = eagle_step_seconds if eagle else heads_step_seconds
     step = timed(heads, rows, clock, repeats)
     return {"heads_step_s": round(step, 6), "heads_c": round(step / target_s, 4)}
 
@@ -209,23 +211,37 @@ def heads_step_seconds(
 
 
 def eagle_step_seconds(
-    head: EagleHead, rows: int, clock: Callable[[], float], repeats: int = 5, context: int = 256
+    head: EagleHead | Eagle3Head,
+    rows: int,
+    clock: Callable[[], float],
+    repeats: int = 5,
+    context: int = 256,
 ) -> float:
-    """Seconds per drafted token of an eagle head at `rows` rows on `clock`: a step of
-    `heads-kN` (its newest true entry, then n - 1 fed-back ones, over a `context`-entry
-    cache), over n; the fastest of `repeats`. Random states cost what real ones do."""
+    """Seconds per drafted token of an eagle or EAGLE-3 head at `rows` rows on `clock`: a
+    step of `heads-kN` (its newest true entry, then n - 1 fed-back ones, over a
+    `context`-entry cache), over n; the fastest of `repeats`. Random states cost what real
+    ones do."""
     from specdec.drafters.base import PassStates
     from specdec.drafters.eagle import EagleDrafter
+    from specdec.drafters.eagle3 import Eagle3Drafter
 
     n, c = head.config.n_predict, head.config
     weight = head.fc.weight
-    drafter = EagleDrafter(head, rows, context + repeats + WARMUP + n + 2)
+    three = isinstance(head, Eagle3Head)  # it reads three layers' inputs
+    drafter = (Eagle3Drafter if three else EagleDrafter)(
+        head, rows, context + repeats + WARMUP + n + 2
+    )
     drafter.admit([[0] * (context + 1)] * rows)  # a prompt of `context` and its first token
 
     def observe(T: int) -> None:
-        hidden = torch.randn(rows, T, c.hidden_size, dtype=weight.dtype, device=weight.device)
+        def states(width: int) -> torch.Tensor:
+            return torch.randn(rows, T, width, dtype=weight.dtype, device=weight.device)
+
         tokens = torch.zeros(rows, T, dtype=torch.long, device=weight.device)
-        drafter.observe_pass(PassStates(tokens, hidden, torch.full((rows,), T)))
+        aux = states(head.feature_size) if three else None
+        drafter.observe_pass(
+            PassStates(tokens, states(c.hidden_size), torch.full((rows,), T), aux=aux)
+        )
 
     observe(context)
     drafter.propose(1, [], [])  # the catch-up, not timed

@@ -52,11 +52,13 @@ from specdec.bench.rows import (
 from specdec.bench.turn_log import TurnLog, Turns
 from specdec.distributed import shared_window
 from specdec.drafters import EagleDrafter, NgramDrafter
+from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
 from specdec.drafters.mlp_heads import SpeculatorDrafter
 from specdec.drafters.suffix import SuffixStore, suffix_factory
 from specdec.engine import Engine
 from specdec.errors import InvalidParameterError, SpecdecError
 from specdec.heads.eagle import EagleHead
+from specdec.heads.eagle3 import Eagle3Head
 from specdec.llm import LLM, build_acceptor, build_window, tuned_layers
 from specdec.params import SamplingParams
 from specdec.tokenization import encode_prompt
@@ -163,12 +165,15 @@ class Runner:
         self.speculator = None
         if heads is not None:
             from specdec.heads.eagle import is_eagle_dir, load_eagle
+            from specdec.heads.eagle3 import is_eagle3_dir, load_eagle3
             from specdec.heads.mlp import load_speculator
 
-            load = load_eagle if is_eagle_dir(heads) else load_speculator
-            self.speculator = load(heads, self.llm.model, self.llm.model.dtype, device)
-            # drafts as `LLM` would run them: on measured kernels, in the draft's format
-            self.speculator = tuned_layers(self.speculator.for_drafting(self.llm.draft_quant))
+            if is_eagle3_dir(heads):  # drafts as `LLM` runs it: as it is (no drafting form)
+                self.speculator = load_eagle3(heads, self.llm.model, self.llm.model.dtype, device)
+            else:  # drafts as `LLM` would run them: on measured kernels, in the draft's format
+                load = load_eagle if is_eagle_dir(heads) else load_speculator
+                spec = load(heads, self.llm.model, self.llm.model.dtype, device)
+                self.speculator = tuned_layers(spec.for_drafting(self.llm.draft_quant))
         self.heads_tree, self.heads_candidates = heads_tree, heads_candidates
         self._prompts: dict[str, list[list[int]]] = {}
         self._hf: dict[str, object] = {}
@@ -465,6 +470,12 @@ class Runner:
             window.start_from(carried["acceptance"])
         window = shared_window(window, llm.tp)  # auto: rank 0's k on every rank
         acceptor = build_acceptor("rejection")
+        options = dict(llm.engine_options)
+        # An EAGLE-3 head's passes hand over layer inputs (eager passes only); others none.
+        llm.model.aux_layers = ()
+        if point.method.startswith("heads") and isinstance(self.speculator, Eagle3Head):
+            attach_aux_layers(llm.model, self.speculator)
+            options["static_passes"] = False
         return Engine(
             llm.model,
             llm.tokenizer,
@@ -476,7 +487,7 @@ class Runner:
             max_tree_nodes=tree_nodes,
             prefix_cache_tokens=llm.prefix_cache_tokens,
             prefill_chunk=llm.prefill_chunk,
-            **llm.engine_options,
+            **options,
         )
 
     def _heads(self, point: Point):
@@ -496,6 +507,8 @@ class Runner:
         device = self.llm.model.device
 
         def factory(max_batch: int, max_len: int) -> SpeculatorDrafter | EagleDrafter:
+            if isinstance(spec, Eagle3Head):  # one layer over three layers' inputs
+                return Eagle3Drafter(spec, max_batch, max_len, tree, self.heads_candidates)
             if isinstance(spec, EagleHead):  # one layer over the target's states
                 return EagleDrafter(spec, max_batch, max_len, tree, self.heads_candidates)
             return SpeculatorDrafter(

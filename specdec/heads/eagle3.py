@@ -56,8 +56,9 @@ WEIGHTS = "model.safetensors"
 
 
 def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
-    """vLLM's default auxiliary layers for a target of `num_layers` layers."""
-    return (2, num_layers // 2, num_layers - 3)
+    """vLLM's default auxiliary layers for a target of `num_layers` layers, in the increasing
+    order vLLM hands their states over (which differs from the list's below six layers)."""
+    return tuple(sorted((2, num_layers // 2, num_layers - 3)))
 
 
 @dataclass(frozen=True)

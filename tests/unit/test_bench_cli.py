@@ -209,16 +209,25 @@ def test_speculator_heads_methods(model_dir, tmp_path):
     assert costs["heads_step_s"] > 0 and costs["heads_c"] > 0
 
 
-def test_an_eagle_head_as_heads(model_dir, tmp_path):
-    """--heads takes an eagle head directory too: chains at fixed k and `auto` and a
-    candidate tree, exact in fp32, priced by its own measured step."""
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_an_eagle_head_as_heads(model_dir, tmp_path, kind):
+    """--heads takes an eagle or EAGLE-3 head directory too: chains at fixed k and `auto`
+    and a candidate tree, exact in fp32, priced by its own measured step."""
     import torch
 
     from specdec.heads.eagle import build_eagle
+    from specdec.heads.eagle3 import build_eagle3
 
     from tiny import native_from_hf
 
-    head = build_eagle(native_from_hf(hf_tiny("qwen2")), intermediate_size=32, n_predict=3)
+    if kind == "eagle":
+        head = build_eagle(native_from_hf(hf_tiny("qwen2")), intermediate_size=32, n_predict=3)
+    else:  # three distinct layers to read: a target of three
+        model_dir = tmp_path / "three-layers"
+        hf = hf_tiny("qwen2", num_hidden_layers=3)
+        hf.save_pretrained(model_dir)
+        tiny_tokenizer().save_pretrained(model_dir)
+        head = build_eagle3(native_from_hf(hf), intermediate_size=32, n_predict=3)
     torch.manual_seed(1)
     with torch.no_grad():
         for p in head.parameters():
