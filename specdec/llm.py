@@ -302,7 +302,9 @@ class LLM:
         from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
         from specdec.heads.eagle3 import load_eagle3
 
-        self.eagle = load_eagle3(draft, self.model, self.model.dtype, device)
+        head = load_eagle3(draft, self.model, self.model.dtype, device)
+        # the learner trains the form it drafts with; otherwise the drafting form
+        self.eagle = head if self.learning else tuned_layers(head.for_drafting(quant))
         attach_aux_layers(self.model, self.eagle)
         self.engine_options["static_passes"] = False
         return self._eagle_factory(Eagle3Drafter)

@@ -168,12 +168,16 @@ class Runner:
             from specdec.heads.eagle3 import is_eagle3_dir, load_eagle3
             from specdec.heads.mlp import load_speculator
 
-            if is_eagle3_dir(heads):  # drafts as `LLM` runs it: as it is (no drafting form)
-                self.speculator = load_eagle3(heads, self.llm.model, self.llm.model.dtype, device)
-            else:  # drafts as `LLM` would run them: on measured kernels, in the draft's format
-                load = load_eagle if is_eagle_dir(heads) else load_speculator
-                spec = load(heads, self.llm.model, self.llm.model.dtype, device)
-                self.speculator = tuned_layers(spec.for_drafting(self.llm.draft_quant))
+            load = (
+                load_eagle3
+                if is_eagle3_dir(heads)
+                else load_eagle
+                if is_eagle_dir(heads)
+                else load_speculator
+            )
+            spec = load(heads, self.llm.model, self.llm.model.dtype, device)
+            # drafts as `LLM` would run them: on measured kernels, in the draft's format
+            self.speculator = tuned_layers(spec.for_drafting(self.llm.draft_quant))
         self.heads_tree, self.heads_candidates = heads_tree, heads_candidates
         self._prompts: dict[str, list[list[int]]] = {}
         self._hf: dict[str, object] = {}

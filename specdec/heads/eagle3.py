@@ -304,6 +304,30 @@ class Eagle3Head(nn.Module):
         """`[.., N]` draft-vocabulary logits of states s `[.., H]`."""
         return self.lm_head(self.norm(state))
 
+    @torch.no_grad()
+    def for_drafting(self, quant: str = "none") -> Eagle3Head:
+        """This head made cheap to draft with, in place, for inference only: with `quant`
+        "int4" / "int8" every projection whose shape takes the format in it, as the eagle
+        head's (`specdec.kernels.quant`; it then proposes from those weights, which changes
+        what it drafts, never what the target emits). On the Qwen 1.5B its fp32 vocabulary
+        head alone streams 196 MB per drafted token, a fifth of what the int4 target reads
+        a step. Run `tuning` over it afterwards (`LLM` does); save before, not after (the
+        files are vLLM's dense layout)."""
+        from specdec.kernels.quant import QUANTS, _quantized
+
+        if quant not in QUANTS:
+            raise InvalidParameterError(f"quantization must be one of {', '.join(QUANTS)}")
+        if quant != "none" and self.fc.weight.device.type == "cpu":
+            layer = self.midlayer
+            for owner, names in (
+                (self, ("fc", "lm_head")),
+                (layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
+                (layer.mlp, ("gate_proj", "up_proj", "down_proj")),
+            ):
+                for name in names:
+                    setattr(owner, name, _quantized(getattr(owner, name), quant))
+        return self.eval().requires_grad_(False)
+
     # whole sequences (training, evaluation) ------------------------------------------
 
     def unrolled(self, tokens_next, aux, positions, steps: int) -> list[torch.Tensor]:

@@ -83,6 +83,19 @@ def test_eagle3_chains_leave_greedy_output_exact(setup, tokenizer, acceptor, max
     assert passes < len(PROMPTS) * (N - 1) / 2.5  # the fitted head keeps drafts
 
 
+def test_eagle3_int4_drafting_form_leaves_greedy_output_exact(setup, tokenizer):
+    """The 4-bit drafting form (what `LLM` drafts with on a CPU) proposes from other
+    weights; the output stays plain's, and it still keeps drafts."""
+    import copy
+
+    target, refs, params, head = setup
+    int4 = copy.deepcopy(head).for_drafting("int4")
+    make = lambda b, length: Eagle3Drafter(int4, b, length)  # noqa: E731
+    out = engine(target, tokenizer, make, 2, GreedyAcceptor(), 4).generate(PROMPTS, params)
+    assert [c.token_ids for c in out] == refs
+    assert sum(c.stats.steps for c in out) < len(PROMPTS) * (N - 1) / 2
+
+
 @pytest.mark.parametrize("tree", [(3, 2, 1), (2, 2, 2, 2)], ids=["321", "2222-beam4"])
 def test_eagle3_trees_leave_greedy_output_exact(setup, tokenizer, tree):
     target, refs, params, head = setup

@@ -431,3 +431,27 @@ def test_a_fresh_head_starts_near_uniform_where_the_targets_tables_are_sharp(tar
     _, m = eagle3_losses(head, aux, tokens, valid, steps=3)
     uniform = math.log(head.config.draft_vocab_size)
     assert all(loss < uniform + 0.5 for loss in m.loss_per_head), (m.loss_per_head, uniform)
+
+
+def test_the_drafting_form_quantizes_every_projection_that_takes_the_format(target):
+    """`for_drafting("int4")`: each projection whose input width takes 4-bit groups
+    (K % 64 == 0; not `down_proj`, K = 48) in 4 bits and near its dense self; "none"
+    leaves the head as it is; an unknown format is refused."""
+    import copy
+
+    from specdec.kernels.quant import Int4Linear
+
+    head = random_head(target)
+    int4 = copy.deepcopy(head).for_drafting("int4")
+    attn, mlp = "midlayer.self_attn.", "midlayer.mlp."
+    for path in ("fc", "lm_head", *(attn + n for n in ("q_proj", "k_proj", "v_proj", "o_proj")),
+                 mlp + "gate_proj", mlp + "up_proj"):  # fmt: skip
+        layer, reference = int4.get_submodule(path), head.get_submodule(path)
+        assert isinstance(layer, Int4Linear), path
+        x = torch.randn(5, layer.in_features)
+        error = (layer(x) - reference(x)).norm() / reference(x).norm()
+        assert error < 0.12, (path, float(error))
+    assert not isinstance(int4.get_submodule(mlp + "down_proj"), Int4Linear)
+    assert copy.deepcopy(head).for_drafting("none").fc.weight.equal(head.fc.weight)
+    with pytest.raises(InvalidParameterError, match="quantization"):
+        copy.deepcopy(head).for_drafting("int3")
