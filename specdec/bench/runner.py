@@ -553,8 +553,8 @@ class Runner:
                     result = self._engine_done(point, engine, outs)
                     # Freed inside the run's own last round, before another method's run
                     # starts: a run that started while the turn's earlier engines (caches,
-                    # activations) were still held read 4-5% slower per engine held (stop
-                    # 40, 1024-token prompts x batch 4), which is an artefact of the turns.
+                    # activations) were still held read 4-5% slower per engine held
+                    # (1024-token prompts x batch 4), which is an artefact of the turns.
                     del engine
                 yield
             return result
