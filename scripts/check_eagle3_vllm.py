@@ -93,7 +93,8 @@ def ours(target_dir: str, head_dir: str, prompts: list[list[int]], k: int, max_t
     mean acceptance length (tokens per target pass), through the public API."""
     from specdec import LLM, SamplingParams
 
-    llm = LLM(target_dir, dtype="fp32", draft=head_dir, speculate=k)
+    # the head dense, as vLLM runs it (on a CPU `LLM` would draft with its 4-bit form)
+    llm = LLM(target_dir, dtype="fp32", draft=head_dir, speculate=k, draft_quant="none")
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
     plain = llm.plain_engine().generate(prompts, params)
     spec = llm.engine.generate(prompts, params)
