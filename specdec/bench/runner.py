@@ -475,10 +475,7 @@ class Runner:
         window = shared_window(window, llm.tp)  # auto: rank 0's k on every rank
         acceptor = build_acceptor("rejection")
         options = dict(llm.engine_options)
-        # An EAGLE-3 head's passes hand over layer inputs (eager passes only); others none.
-        llm.model.aux_layers = ()
-        if point.method.startswith("heads") and isinstance(self.speculator, Eagle3Head):
-            attach_aux_layers(llm.model, self.speculator)
+        if self._hand_over(point):  # layer inputs come from eager passes only
             options["static_passes"] = False
         return Engine(
             llm.model,
@@ -493,6 +490,18 @@ class Runner:
             prefill_chunk=llm.prefill_chunk,
             **options,
         )
+
+    def _hand_over(self, point: Point) -> bool:
+        """Have the target's passes hand over layer inputs for an EAGLE-3 head's point and
+        none for the others (whose int4 passes would leave the fused decode stack): set on
+        the shared target before each of the point's rounds, as methods take turns."""
+        eagle3 = point.method.startswith("heads") and isinstance(self.speculator, Eagle3Head)
+        self.llm.model.aux_layers = ()
+        if eagle3:
+            if self.interleave == "steps":
+                raise Skip("an EAGLE-3 head's layer inputs need --interleave rounds")
+            attach_aux_layers(self.llm.model, self.speculator)
+        return eagle3
 
     def _heads(self, point: Point):
         """(drafter factory, window, tree nodes) for a heads-* method: at most n heads'
@@ -548,6 +557,7 @@ class Runner:
                 if self.interleave == "steps":  # a turn is one engine step
                     outs += yield from engine.generate_steps(prompts[i : i + b], params[i : i + b])
                 else:
+                    self._hand_over(point)  # another method's turn may have reset it
                     outs += engine.generate(prompts[i : i + b], params[i : i + b])
                 if i == starts[-1]:
                     result = self._engine_done(point, engine, outs)
