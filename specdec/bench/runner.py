@@ -35,6 +35,7 @@ import statistics
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -164,17 +165,13 @@ class Runner:
         # Trained speculator heads on the same target (the heads-* methods), beside --draft.
         self.speculator = None
         if heads is not None:
-            from specdec.heads.eagle import is_eagle_dir, load_eagle
-            from specdec.heads.eagle3 import is_eagle3_dir, load_eagle3
+            from specdec.drafters.kinds import heads_kind
+            from specdec.heads.eagle import load_eagle
+            from specdec.heads.eagle3 import load_eagle3
             from specdec.heads.mlp import load_speculator
 
-            load = (
-                load_eagle3
-                if is_eagle3_dir(heads)
-                else load_eagle
-                if is_eagle_dir(heads)
-                else load_speculator
-            )
+            kind = heads_kind(Path(heads).expanduser())
+            load = {"eagle": load_eagle, "eagle3": load_eagle3}.get(kind, load_speculator)
             spec = load(heads, self.llm.model, self.llm.model.dtype, device)
             # drafts as `LLM` would run them: on measured kernels, in the draft's format
             self.speculator = tuned_layers(spec.for_drafting(self.llm.draft_quant))

@@ -97,7 +97,7 @@ def _parse_one(text: str) -> DraftSpec:
 def _bare(text: str) -> DraftSpec:
     """A word without a kind: a fixed name, a heads directory, or a model."""
     path = Path(text).expanduser()
-    heads = _heads_kind(path)
+    heads = heads_kind(path)
     if text in KINDS and not KINDS[text]:
         if path.exists():
             raise InvalidParameterError(
@@ -110,7 +110,7 @@ def _bare(text: str) -> DraftSpec:
     return DraftSpec("model", text)
 
 
-def _heads_kind(path: Path) -> str | None:
+def heads_kind(path: Path) -> str | None:
     """Which heads a directory holds, by its config.json; None when it holds none."""
     if not path.is_dir():
         return None
@@ -128,7 +128,7 @@ def _check_dir(kind: str, value: str) -> None:
     if kind not in HEAD_KINDS:
         return
     path = Path(value).expanduser()
-    found = _heads_kind(path)
+    found = heads_kind(path)
     if found is not None and found != kind:
         raise InvalidParameterError(f"draft {kind}:{value}: that directory holds {found} heads")
     if found is None and path.is_dir() and (path / "config.json").exists():
