@@ -475,13 +475,13 @@ class Engine:
         draft_s = timer.lap() - catch_up_s
         device = self.model.device
         if isinstance(draft, TreeDraft):
-            verdict, states = verify_tree(
-                self._target, self.tree_acceptor, live, cache, draft, params, generators, device
-            )
+            verify, acceptor = verify_tree, self.tree_acceptor
         else:
-            verdict, states = verify_chain(
-                self._target, self.acceptor, live, cache, draft, params, generators, device
-            )
+            verify, acceptor = verify_chain, self.acceptor
+        verdict, states = verify(
+            self._target, acceptor, live, cache, draft, params, generators, device,
+            aux_layers=self._powers.aux_layers,
+        )
         accepted = verdict.num_accepted.cpu()  # [B]
         if drafter is not None:
             next_tokens = verdict.tokens.gather(1, verdict.num_accepted[:, None])[:, 0]
@@ -586,6 +586,7 @@ class Engine:
             self.acceptor,
             self.prefill_chunk,
             self.prefix_cache,
+            self._powers.aux_layers,
         )
 
     def completion(self, seq: LiveSequence) -> Completion:

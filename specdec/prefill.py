@@ -53,6 +53,7 @@ def prefill_passes(
     acceptor: TokenAcceptor,
     chunk: int | None,
     prefix_cache: PrefixCache | None,
+    aux_layers: tuple[int, ...] = (),
 ) -> Generator[None, None, tuple[torch.Tensor, PassStates]]:
     """Run the prompts of rows `first_row..` together (right-padded), in passes of at
     most `chunk` positions (B rows of `chunk // B`, at least 1), yielding
@@ -84,6 +85,7 @@ def prefill_passes(
                 num_new=num_new,
                 logits_at=(last - start).clamp(0, stop - start - 1)[:, None],
                 first_row=first_row,
+                aux_layers=aux_layers,
             )
             hidden.append(out.hidden)
             aux.append(out.aux)

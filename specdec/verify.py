@@ -22,14 +22,15 @@ _ARGMAX_WHEN_GREEDY = (RejectionSampler, GreedyAcceptor)
 _GREEDY = GreedyAcceptor()
 
 
-def verify_chain(target, acceptor, live, cache, draft, params, generators, device):
+def verify_chain(target, acceptor, live, cache, draft, params, generators, device, aux_layers=()):
     """k+1 positions per row in one pass; returns the verdict and the kept positions'
-    states (the last committed token and the accepted drafts)."""
+    states (the last committed token and the accepted drafts; with `aux_layers`, those
+    layers' inputs at them too)."""
     B = len(live)
     last = torch.tensor([[s.output_ids[-1]] for s in live], device=device)
     start = cache.lengths[:B].clone()
     tokens = torch.cat([last, draft.tokens.to(device)], 1) if draft.k else last  # [B, k+1]
-    out = target(tokens, cache, num_new=1 + draft.lengths)
+    out = target(tokens, cache, num_new=1 + draft.lengths, aux_layers=aux_layers)
     logits = processed(  # [B, k+1, V]
         live, out.logits, lambda: chain_paths(draft.tokens, draft.lengths.tolist())
     )
@@ -51,7 +52,9 @@ def verify_chain(target, acceptor, live, cache, draft, params, generators, devic
     return verdict, PassStates(tokens, out.hidden, 1 + verdict.num_accepted, aux=out.aux)
 
 
-def verify_tree(target, tree_acceptor, live, cache, draft: TreeDraft, params, generators, device):
+def verify_tree(
+    target, tree_acceptor, live, cache, draft: TreeDraft, params, generators, device, aux_layers=()
+):
     """The root (last committed token) and every tree node in one pass with a tree mask.
 
     Not in Algorithm 1: the tree acceptor (`TreeWalkSampler`: lossless, the argmax walk
@@ -67,6 +70,7 @@ def verify_tree(target, tree_acceptor, live, cache, draft: TreeDraft, params, ge
         cache,
         num_new=1 + draft.num_nodes,
         tree=draft.with_root(),
+        aux_layers=aux_layers,
     )
     width = out.logits.shape[1]
     logits = processed(  # [B, 1+N, V]

@@ -53,7 +53,7 @@ from specdec.bench.rows import (
 from specdec.bench.turn_log import TurnLog, Turns
 from specdec.distributed import shared_window
 from specdec.drafters import EagleDrafter, NgramDrafter
-from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
+from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.drafters.mlp_heads import SpeculatorDrafter
 from specdec.drafters.suffix import SuffixStore, suffix_factory
 from specdec.engine import Engine
@@ -472,8 +472,8 @@ class Runner:
         window = shared_window(window, llm.tp)  # auto: rank 0's k on every rank
         acceptor = build_acceptor("rejection")
         options = dict(llm.engine_options)
-        if self._hand_over(point):  # layer inputs come from eager passes only
-            options["static_passes"] = False
+        if point.method.startswith("heads") and isinstance(self.speculator, Eagle3Head):
+            options["static_passes"] = False  # layer inputs come from eager passes only
         return Engine(
             llm.model,
             llm.tokenizer,
@@ -487,18 +487,6 @@ class Runner:
             prefill_chunk=llm.prefill_chunk,
             **options,
         )
-
-    def _hand_over(self, point: Point) -> bool:
-        """Have the target's passes hand over layer inputs for an EAGLE-3 head's point and
-        none for the others (whose int4 passes would leave the fused decode stack): set on
-        the shared target before each of the point's rounds, as methods take turns."""
-        eagle3 = point.method.startswith("heads") and isinstance(self.speculator, Eagle3Head)
-        self.llm.model.aux_layers = ()
-        if eagle3:
-            if self.interleave == "steps":
-                raise Skip("an EAGLE-3 head's layer inputs need --interleave rounds")
-            attach_aux_layers(self.llm.model, self.speculator)
-        return eagle3
 
     def _heads(self, point: Point):
         """(drafter factory, window, tree nodes) for a heads-* method: at most n heads'
@@ -554,7 +542,6 @@ class Runner:
                 if self.interleave == "steps":  # a turn is one engine step
                     outs += yield from engine.generate_steps(prompts[i : i + b], params[i : i + b])
                 else:
-                    self._hand_over(point)  # another method's turn may have reset it
                     outs += engine.generate(prompts[i : i + b], params[i : i + b])
                 if i == starts[-1]:
                     result = self._engine_done(point, engine, outs)

@@ -39,6 +39,9 @@ drafter (`DrafterPowers`), so its step calls them without probing:
   drafts (a lazy draft model's rows not caught up: `auto` starts only when the rows'
   remaining tokens repay them), and `last_catch_up`, the (tokens, seconds) of the latest
   step's catch-up pass, a one-off kept out of the step's draft time.
+- `ReadsLayerInputs`: `aux_layers`, the target layers whose inputs (`PassStates.aux`)
+  every target pass hands the drafter (an EAGLE-3 head's auxiliary states); each pass asks
+  the target for them, so the target keeps no state for its drafter.
 - `ReportsCosts`: `model`, the draft network whose bytes and kernel plans price a step
   before it is timed, and `last_first_s`, the seconds of the latest step's first draft
   token when they differ from the later ones' (None otherwise).
@@ -104,6 +107,11 @@ class CatchesUp(Protocol):
 
 
 @runtime_checkable
+class ReadsLayerInputs(Protocol):
+    aux_layers: tuple[int, ...]
+
+
+@runtime_checkable
 class ReportsCosts(Protocol):
     model: torch.nn.Module | None
     last_first_s: float | None
@@ -118,14 +126,20 @@ class DrafterPowers:
     catches_up: CatchesUp | None
     costs: ReportsCosts | None
     processors: UsesProcessors | None
+    layer_inputs: ReadsLayerInputs | None
 
     @classmethod
     def of(cls, drafter: Drafter | None) -> DrafterPowers:
         def power(kind):
             return drafter if isinstance(drafter, kind) else None
 
-        kinds = (WatchesTarget, Learns, CatchesUp, ReportsCosts, UsesProcessors)
+        kinds = (WatchesTarget, Learns, CatchesUp, ReportsCosts, UsesProcessors, ReadsLayerInputs)
         return cls(*(power(kind) for kind in kinds))
+
+    @property
+    def aux_layers(self) -> tuple[int, ...]:
+        """The layers whose inputs every target pass must hand over (none: `()`)."""
+        return () if self.layer_inputs is None else tuple(self.layer_inputs.aux_layers)
 
 
 @dataclass(frozen=True)
@@ -140,7 +154,7 @@ class PassStates:
     hidden: torch.Tensor  # [B, T, H] the target's final-normed state at each
     lengths: torch.Tensor  # [B] kept positions per row (>= 1), on hidden's device
     first_row: int = 0
-    # [B, T, k*H] the inputs of the target's `aux_layers` at each (EAGLE-3 heads read
+    # [B, T, k*H] the inputs of the drafter's `aux_layers` at each (EAGLE-3 heads read
     # them), or None where the target was asked for none
     aux: torch.Tensor | None = None
 

@@ -2,11 +2,11 @@
 trees, catch-up and prefix store (`specdec.drafters.eagle`), over the target's auxiliary
 states rather than its final ones.
 
-The target hands those over from the passes it runs anyway: `attach_aux_layers` sets the
-target's `aux_layers` to the head's ids, and every pass's `PassStates.aux` then holds the
-inputs of those layers at the kept positions (`[B, T, 3H]`). A target without them (the
-fixed-shape passes of `specdec.graphs.static_pass`, which keep no layer inputs) is refused
-at the first pass rather than drafted from something else.
+The target hands those over from the passes it runs anyway: the drafter names the head's
+layers (`aux_layers`, the `ReadsLayerInputs` power), the engine asks each target pass for
+their inputs, and `PassStates.aux` holds them at the kept positions (`[B, T, 3H]`). The
+fixed-shape passes of `specdec.graphs.static_pass` keep no layer inputs: they refuse such a
+pass rather than hand over something else.
 """
 
 from __future__ import annotations
@@ -17,22 +17,8 @@ import torch
 
 from specdec.drafters.base import PassStates
 from specdec.drafters.eagle import EagleDrafter
-from specdec.errors import IncompatibleDraftError, UnsupportedModelError
-from specdec.heads.eagle3 import Eagle3Head, check_aux_layers
-
-
-def attach_aux_layers(target, head: Eagle3Head) -> None:
-    """Have `target`'s passes return the inputs of the head's layers. A target already
-    serving another set of layers is refused (one target, one set)."""
-    ids = tuple(head.config.aux_layer_ids)
-    check_aux_layers(ids, target.config.num_layers)
-    current = getattr(target, "aux_layers", ())
-    if current and tuple(current) != ids:
-        raise IncompatibleDraftError(
-            f"the target already hands over layers {list(current)}; this eagle3 head reads "
-            f"{list(ids)}"
-        )
-    target.aux_layers = ids
+from specdec.errors import UnsupportedModelError
+from specdec.heads.eagle3 import Eagle3Head
 
 
 class Eagle3Drafter(EagleDrafter):
@@ -47,6 +33,7 @@ class Eagle3Drafter(EagleDrafter):
         learner=None,
     ) -> None:
         super().__init__(head, max_batch, max_len, tree, n_candidates, sampled_tree, learner)
+        self.aux_layers = tuple(head.config.aux_layer_ids)  # ReadsLayerInputs
 
     def _features(self, states: PassStates) -> torch.Tensor:
         """`[B, T, 3H]`: the target's auxiliary states at the kept positions."""
@@ -56,7 +43,7 @@ class Eagle3Drafter(EagleDrafter):
             layers = list(self.head.config.aux_layer_ids)
             raise UnsupportedModelError(
                 f"an eagle3 head needs the target's layer inputs {layers} (width {want})"
-                f" from every pass, got {got}: attach them with "
-                "`attach_aux_layers` and run the target's eager passes (no static passes)"
+                f" from every pass, got {got}: the engine asks for them (`aux_layers`) in"
+                " the target's eager passes (no static passes)"
             )
         return states.aux

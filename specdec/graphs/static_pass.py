@@ -57,6 +57,12 @@ _captured_s = 0.0  # seconds this process spent warming up and capturing graphs
 EFFICIENT_ATTENTION = [SDPBackend.EFFICIENT_ATTENTION]  # a list: sdpa_kernel refuses tuples
 
 
+def eager_layers(model: Transformer, *args) -> torch.Tensor:
+    """`Transformer.run_layers`' final states alone: a fixed-shape pass hands over no layer
+    inputs (an EAGLE-3 drafter runs with the eager passes)."""
+    return model.run_layers(*args)[0]
+
+
 def capture_seconds() -> float:
     """Seconds spent so far (in this process) warming up and capturing CUDA graphs. A
     bucket is captured inside the step that first needs it; the engine takes the
@@ -263,7 +269,7 @@ class StaticPasses:
     new tokens per row (a verify pass: 1 + k_max, or 1 + a tree's nodes). `graphs=True`
     (CUDA only) captures each bucket on first use; otherwise buffers run eagerly.
 
-    `fuse` forces the layer stack: the model's own (`Transformer.run_layers`, False) or
+    `fuse` forces the layer stack: the model's own (`eager_layers`, False) or
     the compiled one of `specdec.graphs.fused_layers` (True). By default (None), with
     graphs, the model's `layer_stack` decides, and where that is None a race does: the
     first bucket captured times each candidate (the model's own, the fused, and on CUDA
@@ -321,10 +327,14 @@ class StaticPasses:
         logits_at: torch.Tensor | None = None,  # [B, n]
         first_row: int = 0,
         tree: tuple[torch.Tensor, torch.Tensor] | None = None,  # [B, T], [B, T, T] host
+        aux_layers: tuple[int, ...] = (),
     ) -> ForwardOutput:
-        """`Transformer.forward`'s contract (see there), for batches at cache row 0."""
+        """`Transformer.forward`'s contract (see there), for batches at cache row 0, without
+        layer inputs."""
         if cache is not self.cache or first_row != 0:
             raise ValueError("static passes run on their own cache, from row 0")
+        if aux_layers:
+            raise ValueError("static passes hand over no layer inputs (`aux_layers`)")
         B, T = tokens.shape
         if num_new is None:
             num_new = torch.full((B,), T, dtype=torch.long)
@@ -361,7 +371,7 @@ class StaticPasses:
                     replays.pop(name, None)
             if not replays:  # the model's chosen stack failed on this bucket: its own runs
                 # it (rounding as the model's own layers do, not as the model's other buckets)
-                replays["eager"] = self._replay(buffers, Transformer.run_layers)
+                replays["eager"] = self._replay(buffers, eager_layers)
             name = next(iter(replays))
             if len(replays) > 1:
                 self.race_ms = _replay_ms(replays)
@@ -383,7 +393,7 @@ class StaticPasses:
         """The layer stacks a new bucket may run, by name: the one `fuse` forces, the one
         the model runs (`Transformer.layer_stack`), or, where that is None, the
         candidates of a race."""
-        candidates = {"eager": Transformer.run_layers}
+        candidates = {"eager": eager_layers}
         if self.fuse:
             candidates["fused"] = run_fused_layers
             if self.model.device.type == "cuda":  # with a mask SDPA picks cuDNN's kernel
@@ -396,11 +406,12 @@ class StaticPasses:
         return candidates if chosen is None else {chosen: candidates[chosen]}
 
     def _forward(
-        self, b: PassBuffers, run_layers: Callable = Transformer.run_layers
+        self, b: PassBuffers, run_layers: Callable | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The pass over the buffers: every shape fixed by the bucket, no host reads.
-        `run_layers` is the layer stack (`Transformer.run_layers`'s signature). Returns
-        logits `[R, n or T, V]` and hidden `[R, T, H]`."""
+        `run_layers` is the layer stack (`eager_layers`' signature; None: that one).
+        Returns logits `[R, n or T, V]` and hidden `[R, T, H]`."""
+        run_layers = run_layers or eager_layers
         model, bucket = self.model, b.bucket
         window = model.config.sliding_window
         mask = static_mask(b.lengths, b.num_new, b.offsets, b.visible, bucket.span, window)

@@ -99,8 +99,13 @@ class DecodeStack:
         slots: torch.Tensor,  # [B, T] cache slot of each token
         span: int,
         mask: torch.Tensor | None,  # [B, 1, T, span] bool
-    ) -> torch.Tensor:  # [B, T, H] after the last layer (before the final norm)
-        return self._stack.run(x, cache.k, cache.v, rows.start, slots, cos, sin, span, mask)
+        keep: tuple[int, ...] = (),  # layers whose inputs are handed back too
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`[B, T, H]` after the last layer (before the final norm), and the inputs of the
+        layers `keep` side by side `[B, T, len(keep) * H]` (None where `keep` is empty)."""
+        return self._stack.run(
+            x, cache.k, cache.v, rows.start, slots, cos, sin, span, mask, list(keep)
+        )
 
 
 def _projections(layer) -> tuple:

@@ -29,8 +29,8 @@ from specdec.models.kv_cache import KVCache
 class ForwardOutput:
     logits: torch.Tensor  # [B, n, V] float32, at the requested positions
     hidden: torch.Tensor  # [B, T, H] final-normed hidden states of every new position
-    # [B, T, k*H]: the inputs of layers `Transformer.aux_layers` (k of them, concatenated
-    # in that order) at every new position, for EAGLE-3 heads; None when none are asked
+    # [B, T, k*H]: the inputs of the pass's `aux_layers` (k of them, concatenated in that
+    # order) at every new position, for EAGLE-3 heads; None when none are asked
     aux: torch.Tensor | None = None
 
 
@@ -239,11 +239,6 @@ class Transformer(nn.Module):
         # first bucket captured races them and sets the winner here. `--no-fused-layers`
         # sets "eager".
         self.layer_stack: str | None = None
-        # The layers whose inputs (the residual stream before them, vLLM's "auxiliary
-        # hidden states": id 0 is the embedding) `forward` also returns, as `aux`; set by
-        # an EAGLE-3 drafter's owner (`specdec.heads.eagle3`). Empty: none, and the
-        # layer loop is the plain one.
-        self.aux_layers: tuple[int, ...] = ()
 
     @property
     def device(self) -> torch.device:
@@ -273,6 +268,7 @@ class Transformer(nn.Module):
         logits_at: torch.Tensor | None = None,  # [B, n] positions in T to compute logits for
         first_row: int = 0,
         tree: tuple[torch.Tensor, torch.Tensor] | None = None,  # [B, T], [B, T, T] host
+        aux_layers: tuple[int, ...] = (),
     ) -> ForwardOutput:
         """Append `tokens` to each row's cache and return logits and hidden states.
 
@@ -291,6 +287,11 @@ class Transformer(nn.Module):
         tokens j with `visible[b, t, j]` (itself and its ancestors). Positions are shared
         between siblings, so the slots of an accepted path must be compacted afterwards
         (`KVCache.move_slots`) before the cache is truncated to it.
+
+        `aux_layers` names layers whose inputs (the residual stream before them, vLLM's
+        "auxiliary hidden states": id 0 is the embedding) the pass also returns, as `aux`:
+        what an EAGLE-3 head reads. Each pass asks for its own, so one target serves any
+        drafter.
         """
         B, T = tokens.shape
         if num_new is None:
@@ -320,12 +321,13 @@ class Transformer(nn.Module):
         if mask is not None:
             mask = mask.to(device, non_blocking=True)
 
-        aux = [] if self.aux_layers else None
-        hidden = self.run_layers(tokens, cache, rows, cos, sin, write, span, mask, aux)  # [B, T, H]
+        hidden, aux = self.run_layers(  # [B, T, H], [B, T, k*H] or None
+            tokens, cache, rows, cos, sin, write, span, mask, tuple(aux_layers)
+        )
         cache.advance(num_new, rows)
         index = None if logits_at is None else logits_at.to(device)
         logits = self.head(hidden, index)
-        return ForwardOutput(logits, hidden, None if aux is None else torch.cat(aux, -1))
+        return ForwardOutput(logits, hidden, aux)
 
     def run_layers(
         self,
@@ -337,36 +339,26 @@ class Transformer(nn.Module):
         write: tuple[torch.Tensor, torch.Tensor],  # row index [B, 1], slot index [B, T]
         span: int,
         mask: torch.Tensor | None,  # [B, 1, T, span] bool
-        aux: list[torch.Tensor] | None = None,  # receives the inputs of `aux_layers`
-    ) -> torch.Tensor:  # [B, T, H] final-normed
+        aux_layers: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:  # [B, T, H] final-normed, [B, T, k*H]
         """The decoder stack on prepared positions, write slots and mask: shared by
         `forward` and the fixed-shape passes of `specdec.graphs.static_pass`, which build
-        those inputs on the device from preallocated buffers. With a list as `aux`, the
-        input of each layer in `aux_layers` is appended to it, in that order (the native
-        decode stack runs the layers in one call and hands out no inputs: not used then)."""
+        those inputs on the device from preallocated buffers. Also returns the inputs of
+        the layers `aux_layers` side by side, in that order (None where it is empty)."""
         x = self.embed_tokens(tokens)
         stack = self.decode_stack
-        if aux is not None:
-            return self._run_layers_aux(x, cache, rows, cos, sin, write, span, mask, aux)
         if stack is not None and stack.takes(tokens.numel()):
-            return self.norm(stack.run(x, cache, rows, cos, sin, write[1], span, mask))
-        for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
-            x = layer(x, cos, sin, k_cache[rows], v_cache[rows], write, span, mask)
-        return self.norm(x)
-
-    def _run_layers_aux(self, x, cache, rows, cos, sin, write, span, mask, aux):
-        """`run_layers`' loop, keeping the inputs of `aux_layers` (by reference: each
-        layer returns a new tensor, so no copy is needed)."""
-        inputs = {}
-        wanted = set(self.aux_layers)
+            out, aux = stack.run(x, cache, rows, cos, sin, write[1], span, mask, aux_layers)
+            return self.norm(out), aux
+        inputs = dict.fromkeys(aux_layers)
         for i, (layer, k_cache, v_cache) in enumerate(
             zip(self.layers, cache.k, cache.v, strict=True)
         ):
-            if i in wanted:
-                inputs[i] = x
+            if i in inputs:
+                inputs[i] = x  # by reference: each layer returns a new tensor
             x = layer(x, cos, sin, k_cache[rows], v_cache[rows], write, span, mask)
-        aux.extend(inputs[i] for i in self.aux_layers)
-        return self.norm(x)
+        aux = torch.cat([inputs[i] for i in aux_layers], -1) if aux_layers else None
+        return self.norm(x), aux
 
     def head(self, hidden: torch.Tensor, logits_at: torch.Tensor | None) -> torch.Tensor:
         """float32 logits `[B, n, V]` at positions `logits_at [B, n]` (on the device) of

@@ -211,13 +211,13 @@ class SpeculatorTrainer:
         self.out.mkdir(parents=True, exist_ok=True)
         self.eos_ids = eos_ids
         # The states the heads read: for eagle3 the inputs of its layers, else the final ones.
-        self.target.aux_layers = ()
+        self.aux_layers: tuple[int, ...] = ()
         if cfg.kind == "eagle3":
             layers = cfg.eagle3_layers or default_aux_layers(target.config.num_layers)
             check_aux_layers(tuple(layers), target.config.num_layers)
-            self.target.aux_layers = tuple(layers)
+            self.aux_layers = tuple(layers)
         self.throughput = Throughput()
-        self.states = TargetStates(target, self.throughput)
+        self.states = TargetStates(target, self.throughput, self.aux_layers)
         order = document_order(len(corpus), cfg.seed)
         n_eval = min(cfg.eval_prompts, max(0, len(order) - 1))
         self.eval_docs, self.train_docs = order[:n_eval], order[n_eval:]
@@ -262,7 +262,7 @@ class SpeculatorTrainer:
                 return spec.to(self.device).train()
             if cfg.kind == "eagle3":
                 spec = build_eagle3(
-                    self.target, vocab, cfg.eagle_intermediate, cfg.heads, self.target.aux_layers
+                    self.target, vocab, cfg.eagle_intermediate, cfg.heads, self.aux_layers
                 )
                 return spec.to(self.device).train()
             spec = build_speculator(

@@ -45,11 +45,15 @@ def _round(x: float | None) -> float | None:
 
 
 class TargetStates:
-    """The frozen target's final-normed hidden states for right-padded token rows; their
+    """The frozen target's final-normed hidden states for right-padded token rows (with
+    `aux_layers`, the inputs of those layers instead: what an EAGLE-3 head reads); their
     cost goes to `throughput` as target time."""
 
-    def __init__(self, target, throughput: Throughput | None = None) -> None:
+    def __init__(
+        self, target, throughput: Throughput | None = None, aux_layers: tuple[int, ...] = ()
+    ) -> None:
         self.target = target
+        self.aux_layers = tuple(aux_layers)
         self.throughput = throughput or Throughput()
         self._cache = None
 
@@ -66,10 +70,11 @@ class TargetStates:
             c,
             num_new=lengths,
             logits_at=torch.zeros(B, 1, dtype=torch.long),  # logits unused: one position
+            aux_layers=self.aux_layers,
         )
         count = B * T if lengths is None else int(lengths.sum())
         self.throughput.add("target", count, time.perf_counter() - started)
-        # [B, T, E]; [B, T, 3E] where the target hands over layer inputs (eagle3 heads)
+        # [B, T, E]; [B, T, 3E] with aux_layers (eagle3 heads)
         return out.hidden if out.aux is None else out.aux
 
 

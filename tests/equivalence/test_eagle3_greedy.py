@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from specdec.acceptors import GreedyAcceptor, RejectionSampler
-from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
+from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.engine import Engine
 from specdec.heads.eagle3 import build_eagle3
 from specdec.params import SamplingParams
@@ -37,12 +37,11 @@ def _fitted(tokenizer):
     refs = [c.token_ids for c in Engine(target, tokenizer, frozenset()).generate(PROMPTS, params)]
     torch.manual_seed(0)
     head = build_eagle3(target, intermediate_size=64, n_predict=4, aux_layer_ids=(1, 2, 3))
-    attach_aux_layers(target, head)
     seqs = [torch.tensor([p + r]) for p, r in zip(PROMPTS, refs, strict=True)]
     with torch.no_grad():
         data = []
         for s in seqs:
-            out = target(s, target.new_cache(1, s.shape[1] + 1))
+            out = target(s, target.new_cache(1, s.shape[1] + 1), aux_layers=(1, 2, 3))
             data.append((s, out.aux, out.logits.argmax(-1)[0]))  # the target's choices
     opt = torch.optim.Adam(head.parameters(), lr=3e-3)
     for _ in range(80):

@@ -97,6 +97,36 @@ def test_stack_computes_what_the_eager_layers_compute(kind, dtype):
         assert diff.max() < 0.05 * scale
 
 
+@pytest.mark.parametrize("make", [_int4, _bf16])
+def test_stack_hands_over_the_layer_inputs_the_eager_layers_keep(make):
+    """An EAGLE-3 head's layer inputs come out of the stack's one call, in the order asked:
+    the embedding (id 0) exactly, a later layer's input as the eager layers compute it (to
+    the agreement above), and asking for them changes nothing else the pass returns."""
+    model = make(num_hidden_layers=3)
+    asked = (2, 0, 1)
+    prompt = torch.tensor([[3, 1, 4, 1, 5, 9, 2], [6, 5, 3, 5, 8, 9, 7]])
+    tokens, num_new = torch.tensor([[11, 12, 13], [21, 22, 0]]), torch.tensor([3, 2])
+    outs = {}
+    for use_stack, aux_layers in ((True, ()), (True, asked), (False, asked)):
+        stack, model.decode_stack = model.decode_stack, None
+        cache = model.new_cache(2, 32)
+        with torch.inference_mode():
+            model(prompt, cache)
+            model.decode_stack = stack if use_stack else None
+            outs[use_stack, aux_layers] = model(tokens, cache, num_new, aux_layers=aux_layers)
+        model.decode_stack = stack
+    plain, fused, eager = outs[True, ()], outs[True, asked], outs[False, asked]
+    assert plain.aux is None
+    assert torch.equal(fused.hidden, plain.hidden) and torch.equal(fused.logits, plain.logits)
+    H = model.config.hidden_size
+    assert fused.aux.shape == (2, 3, 3 * H) and fused.aux.dtype == model.dtype
+    for a, b in ((fused.aux, eager.aux), (fused.hidden, eager.hidden)):
+        a, b = a.float().clone(), b.float().clone()
+        a[1, 2:] = b[1, 2:] = 0  # row 1's padding
+        assert (a - b).abs().max() < 0.05 * b.abs().max()
+    assert torch.equal(fused.aux[..., H : 2 * H], model.embed_tokens(tokens))
+
+
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
 def test_bf16_stack_computes_what_the_eager_layers_compute(kind):
     """bf16 weights: the same products as the eager native_bf16 layers, the same roundings;

@@ -13,7 +13,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from specdec.drafters.base import PassStates
-from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
+from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.errors import (
     IncompatibleDraftError,
     InvalidParameterError,
@@ -55,8 +55,7 @@ def random_head(target, seed=0, vocab_map=None, n_predict=4):
 
 def aux_states(target, tokens):
     """`[S, 3H]` the target's auxiliary states of a sequence `[S]`."""
-    attach_aux_layers(target, type("H", (), {"config": type("C", (), {"aux_layer_ids": AUX})})())
-    out = target(tokens[None], target.new_cache(1, len(tokens) + 1))
+    out = target(tokens[None], target.new_cache(1, len(tokens) + 1), aux_layers=AUX)
     return out.aux[0]
 
 
@@ -144,8 +143,7 @@ def test_aux_states_are_the_layers_inputs_and_cost_nothing_when_unasked(hf):
     tokens = torch.randint(2, 97, (2, 7), generator=torch.Generator().manual_seed(0))
     plain = target(tokens, target.new_cache(2, 16))
     assert plain.aux is None
-    target.aux_layers = AUX
-    out = target(tokens, target.new_cache(2, 16))
+    out = target(tokens, target.new_cache(2, 16), aux_layers=AUX)
     ref = hf(tokens, output_hidden_states=True).hidden_states  # [i]: the input of layer i
     H = 64
     for n, layer in enumerate(AUX):

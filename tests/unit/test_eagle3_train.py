@@ -34,7 +34,7 @@ def test_training_lowers_loss_and_raises_acceptance(target, tmp_path):
     tok = tiny_tokenizer()
     cfg = _eagle3(stage1_steps=100, stage2_steps=30, heads=3)
     trainer = SpeculatorTrainer(target, tok, Corpus(corpus_docs(), tok), tmp_path, cfg)
-    assert target.aux_layers == LAYERS
+    assert trainer.aux_layers == LAYERS
     untrained = trainer.new_speculator()
     before = trainer.evaluate(untrained)
     head = trainer.run()

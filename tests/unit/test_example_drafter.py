@@ -52,7 +52,7 @@ def test_it_is_a_drafter_with_no_optional_power():
     drafter = _example().PhraseDrafter([[1, 2, 3]])
     for member in ("admit", "propose", "commit", "move_row", "reset_row"):
         assert callable(getattr(drafter, member))
-    assert DrafterPowers.of(drafter) == DrafterPowers(None, None, None, None, None)
+    assert DrafterPowers.of(drafter) == DrafterPowers.of(None)
     assert Drafter  # the protocol the members above follow
 
 

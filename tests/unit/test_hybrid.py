@@ -53,7 +53,7 @@ def test_powers_are_the_other_drafters(draft_model):
     assert powers.watches is None and powers.learns is None
     assert with_model.model is draft_model and with_model.catch_up_tokens() == 0
     bare = DrafterPowers.of(hybrid(SuffixDrafter(), NgramDrafter()))
-    assert bare == DrafterPowers(None, None, None, None, None)
+    assert bare == DrafterPowers.of(None)
 
 
 def repeating_store(tokens: list[int]) -> SuffixStore:

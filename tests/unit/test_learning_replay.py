@@ -13,7 +13,7 @@ import torch
 
 from specdec.acceptors import GreedyAcceptor
 from specdec.drafters import SpeculatorDrafter
-from specdec.drafters.eagle3 import Eagle3Drafter, attach_aux_layers
+from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.engine import Engine
 from specdec.heads import build_speculator
 from specdec.heads.eagle3 import build_eagle3, load_eagle3
@@ -28,6 +28,7 @@ from tiny import hf_tiny, native_from_hf
 OFFLINE = [[5, 17, 42, 8], [60, 3, 3, 9, 12, 80, 81, 2, 44], [33, 34], [7, 7, 8, 7, 7, 8, 7]]
 TRAFFIC = [[90, 91, 15], [22, 23, 24, 25, 26], [70, 11, 70, 11], [50, 49, 48]]
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+AUX = (1, 2, 3)  # the layers an EAGLE-3 head of the tiny 4-layer target reads
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +58,11 @@ def _passes(target, tokenizer, learner, prompts, drafter=SpeculatorDrafter):
     return sum(o.stats.steps for o in outs), [o.token_ids for o in outs]
 
 
-def _store(target, tokenizer, prompts, folder, aux=False):
+def _store(target, tokenizer, prompts, folder, aux_layers=()):
     """The trainer's stage-2 files for `prompts`: the target's greedy answers with its
-    states (final, or auxiliary), in `folder/stage2/`."""
+    states (final, or with `aux_layers` those layers' inputs), in `folder/stage2/`."""
     outs = Engine(target, tokenizer, frozenset()).generate(prompts, GREEDY)
-    states = TargetStates(target)
+    states = TargetStates(target, aux_layers=aux_layers)
     segments = []
     for prompt, out in zip(prompts, outs, strict=True):
         seq = torch.tensor([prompt + out.token_ids])
@@ -154,8 +155,7 @@ def test_replay_keeps_what_a_trained_head_learnt_offline(target, tokenizer, tmp_
 
 def _eagle3_learner(target, cfg, out=None):
     torch.manual_seed(0)
-    head = build_eagle3(target, intermediate_size=64, n_predict=3, aux_layer_ids=(1, 2, 3))
-    attach_aux_layers(target, head)
+    head = build_eagle3(target, intermediate_size=64, n_predict=3, aux_layer_ids=AUX)
     return OnlineLearner(head.eval().requires_grad_(False), cfg, out=out)
 
 
@@ -168,7 +168,7 @@ def test_an_eagle3_head_learns_from_traffic_with_its_stored_data(target, tokeniz
     heads_dir = tmp_path / "heads"
     learner = _eagle3_learner(target, LearnConfig(**CFG), out=heads_dir)
     learner.published.save(heads_dir)
-    _store(target, tokenizer, OFFLINE, heads_dir)
+    _store(target, tokenizer, OFFLINE, heads_dir, AUX)
     learner = _eagle3_learner(target, LearnConfig(**CFG), out=heads_dir)
     assert learner.reads_aux and learner.replay.tokens > 0
     before, outs = _passes(target, tokenizer, learner, TRAFFIC, Eagle3Drafter)
@@ -203,10 +203,9 @@ def test_the_cli_learns_with_an_eagle3_head_and_replays(tmp_path, capsys):
     hf_tiny("qwen2", num_hidden_layers=4).save_pretrained(model)
     tiny_tokenizer().save_pretrained(model)
     target = load_transformer(model, "fp32")
-    head = build_eagle3(target, intermediate_size=32, n_predict=2, aux_layer_ids=(1, 2, 3))
+    head = build_eagle3(target, intermediate_size=32, n_predict=2, aux_layer_ids=AUX)
     head.save(tmp_path / "eagle3")
-    attach_aux_layers(target, head)
-    _store(target, tiny_tokenizer(), OFFLINE, tmp_path / "eagle3")
+    _store(target, tiny_tokenizer(), OFFLINE, tmp_path / "eagle3", AUX)
     argv = ["generate", "--model", str(model), "--dtype", "fp32"]
     argv += ["--draft", f"eagle3:{tmp_path / 'eagle3'}", "--learn", "--learn-budget", "1"]
     argv += ["--learn-replay", "0.3", "--max-tokens", "40", "--ignore-eos", "abcabc"]

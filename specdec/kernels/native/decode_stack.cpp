@@ -18,15 +18,18 @@
 // Inputs (the eager path's own, see Transformer.forward): x [B, T, H] embedded tokens, the
 // cache tensors [max_batch, Hkv, max_len + 1, D] of every layer, the batch's first cache row,
 // slots [B, T] (where each token's key/value is written), cos/sin [B, T, 1, D], span (keys
-// [0, span) exist) and an optional mask [B, 1, T, span] (None: every key of span is visible).
+// [0, span) exist), an optional mask [B, 1, T, span] (None: every key of span is visible) and
+// the layers whose inputs are handed back too (`keep`: an EAGLE-3 head's auxiliary states).
 
 #include "bf16_kernel.h"
 #include "q4_kernel.h"
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 namespace {
 
@@ -345,10 +348,14 @@ class DecodeStack {
     }
   }
 
-  at::Tensor run(const at::Tensor& x_in, const std::vector<at::Tensor>& k_caches,
+  // Returns the hidden state after the last layer and, where `keep` names layers (ascending
+  // or not, each once), the input of each of them side by side ([B, T, len(keep) * H], in
+  // `keep`'s order; an undefined tensor where `keep` is empty): EAGLE-3 heads read them.
+  std::tuple<at::Tensor, at::Tensor> run(const at::Tensor& x_in, const std::vector<at::Tensor>& k_caches,
                  const std::vector<at::Tensor>& v_caches, int64_t first_row,
                  const at::Tensor& slots_in, const at::Tensor& cos_in, const at::Tensor& sin_in,
-                 int64_t span, const c10::optional<at::Tensor>& mask_in) const {
+                 int64_t span, const c10::optional<at::Tensor>& mask_in,
+                 const std::vector<int64_t>& keep) const {
     TORCH_CHECK(x_in.dim() == 3, "x: [B, T, H]");
     TORCH_CHECK(k_caches.size() == layers_.size() && v_caches.size() == layers_.size(), "caches");
     const bool bf16 = x_in.scalar_type() == at::kBFloat16;
@@ -368,8 +375,17 @@ class DecodeStack {
     std::vector<float> h(x0.data_ptr<float>(), x0.data_ptr<float>() + R * H);
     std::vector<float> normed(R * H), qkv(R * width), attended(R * heads_ * D), delta(R * H);
     std::vector<float> gate_up, act;
+    const int64_t K = static_cast<int64_t>(keep.size());
+    std::vector<float> kept(R * K * H);  // [R, K * H]
+    for (const int64_t id : keep) {
+      TORCH_CHECK(id >= 0 && id < static_cast<int64_t>(layers_.size()), "keep: a layer id");
+    }
     for (size_t l = 0; l < layers_.size(); ++l) {
       const Layer& L = layers_[l];
+      for (int64_t j = 0; j < K; ++j) {  // this layer's input, already in the model's rounding
+        if (keep[j] != static_cast<int64_t>(l)) continue;
+        for (int64_t r = 0; r < R; ++r) std::copy_n(h.data() + r * H, H, kept.data() + (r * K + j) * H);
+      }
       const at::Tensor& kc = k_caches[l];
       const at::Tensor& vc = v_caches[l];
       TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous() && kc.scalar_type() == x_in.scalar_type(),
@@ -401,8 +417,11 @@ class DecodeStack {
       for (int64_t i = 0; i < R * H; ++i) h[i] += delta[i];
       round_all(h.data(), R * H, rnd);
     }
-    const at::Tensor out = at::from_blob(h.data(), {B, T, H}, at::kFloat);
-    return bf16 ? out.to(at::kBFloat16) : out.clone();  // h is freed on return
+    auto model_dtype = [&](std::vector<float>& v, int64_t width) {  // v is freed on return
+      const at::Tensor t = at::from_blob(v.data(), {B, T, width}, at::kFloat);
+      return bf16 ? t.to(at::kBFloat16) : t.clone();
+    };
+    return {model_dtype(h, H), K ? model_dtype(kept, K * H) : at::Tensor()};
   }
 
  private:
@@ -417,8 +436,10 @@ void register_decode_stack(py::module_& m) {  // module.cpp
   py::class_<DecodeStack>(m, "DecodeStack")
       .def(py::init<const std::vector<std::vector<at::Tensor>>&, int64_t, int64_t, int64_t, double>(),
            py::arg("layers"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("eps"))
-      .def("run", &DecodeStack::run, "hidden [B, T, H] after every layer (before the final norm)",
+      .def("run", &DecodeStack::run,
+           "(hidden [B, T, H] after every layer (before the final norm), the inputs of the "
+           "layers `keep` [B, T, len(keep) * H] or None)",
            py::arg("x"), py::arg("k_caches"), py::arg("v_caches"), py::arg("first_row"),
            py::arg("slots"), py::arg("cos"), py::arg("sin"), py::arg("span"), py::arg("mask"),
-           py::call_guard<py::gil_scoped_release>());
+           py::arg("keep") = std::vector<int64_t>{}, py::call_guard<py::gil_scoped_release>());
 }
