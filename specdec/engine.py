@@ -478,9 +478,9 @@ class Engine:
             verify, acceptor = verify_tree, self.tree_acceptor
         else:
             verify, acceptor = verify_chain, self.acceptor
+        aux = self._powers.aux_layers  # the layer inputs the drafter reads (EAGLE-3)
         verdict, states = verify(
-            self._target, acceptor, live, cache, draft, params, generators, device,
-            aux_layers=self._powers.aux_layers,
+            self._target, acceptor, live, cache, draft, params, generators, device, aux_layers=aux
         )
         accepted = verdict.num_accepted.cpu()  # [B]
         if drafter is not None:
