@@ -38,6 +38,8 @@ class Acceptance:
         self.config = config
         self.reached: list[float] = []  # decayed rows that tested position i
         self.kept: list[float] = []  # ... and kept it
+        self.asked: list[float] = []  # decayed steps whose window reached draft j + 1
+        self.filled: list[float] = []  # ... and whose pass was at least j + 1 drafts wide
 
     def add(self, reached: list[int], kept: list[int]) -> None:
         grow = max(0, len(reached) - len(self.reached))
@@ -47,6 +49,28 @@ class Acceptance:
         for i, (d, a) in enumerate(zip(reached, kept, strict=True)):
             self.reached[i] = decay * self.reached[i] + d
             self.kept[i] = decay * self.kept[i] + a
+
+    def add_width(self, k: int, width: int) -> None:
+        """A step's window k and its verify pass's width (1 + its longest draft)."""
+        grow = max(0, k - len(self.asked))
+        self.asked += [0.0] * grow
+        self.filled += [0.0] * grow
+        decay = self.config.decay
+        for j in range(k):
+            self.asked[j] = decay * self.asked[j] + 1
+            self.filled[j] = decay * self.filled[j] + (j < width - 1)
+
+    @property
+    def fill(self) -> list[float]:
+        """Per draft j + 1: the chance a step asking for it verifies a pass that wide (a
+        drafter sizing its drafts by its match proposes fewer). A pass that wide is at least
+        as wide as the one before, so a rarely asked position leans on the one before it (on 1
+        the first): a drafter that always fills its window reads 1 everywhere."""
+        weight, before, out = self.config.evidence / 2, 1.0, []
+        for f, a in zip(self.filled, self.asked, strict=True):
+            before = (f + weight * before) / (a + weight)
+            out.append(before)
+        return out
 
     @property
     def alpha(self) -> list[float]:

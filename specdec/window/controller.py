@@ -131,7 +131,7 @@ class AdaptiveWindow:
         if costs.look_unsettled(rows):
             return Phase.PROBE, min(2, c.k_max)  # a second look: a timing was one-off setup
         reach = min(c.k_max, 2 * costs.widest_measured(rows) - 1)  # at most twice the widest timed
-        k, speedup = costs.best_window(rows, self.acceptance.alpha, reach)
+        k, speedup = costs.best_window(rows, self.acceptance.alpha, reach, self.acceptance.fill)
         drafting = self.phase.drafting
         k = k if speedup > (1.0 if drafting else 1 + c.margin) else 0
         looking = drafting and self.acceptance.reached[0] < c.evidence  # a look's few draws ...
@@ -210,6 +210,7 @@ class AdaptiveWindow:
         reached, kept, _, progress = step_counts(record)
         self.acceptance.add(reached, kept)
         if k > 0:
+            self.acceptance.add_width(k, record.width)
             plain = self.costs.verify_time(rows, 1) or 0.0
             self.guard.count(plain, record.verify_s + record.draft_s, progress)
             self._unlooked_s = 0.0

@@ -274,23 +274,44 @@ class CostModel:
         pair = self.verify_s.get(rows, {}).get(2)  # a two-token pass timed once, over its limit
         return pair is not None and self.timed(rows, 2) == 1 and pair * self.pace > limit
 
-    def predict(self, rows: int, alpha: list[float], k: int) -> float | None:
+    def expected_verify_time(self, rows: int, k: int, fill: list[float] | None) -> float | None:
+        """Seconds of a window-k step's verify pass, which is as wide as its longest draft:
+        time(1) + sum over j <= k of fill[j-1] x (time(j+1) - time(j)), fill[j-1] the chance
+        a pass is at least j drafts wide (a drafter that sizes its drafts by its match), as
+        its last past its end; without `fill` every pass is k + 1 wide ("Costs")."""
+        full = self.verify_time(rows, k + 1)
+        if not fill or full is None or k == 0 or min(fill[:k]) >= 1.0:
+            return full
+        times = [self.verify_time(rows, w) for w in range(1, k + 2)]  # widths 1 .. k + 1
+        share = [fill[min(j, len(fill) - 1)] for j in range(k)]  # past it: as the last
+        return times[0] + sum(f * (times[j + 1] - times[j]) for j, f in enumerate(share))
+
+    def predict(
+        self, rows: int, alpha: list[float], k: int, fill: list[float] | None = None
+    ) -> float | None:
         """Tokens per second a row at window k; None while a cost is unknown or zero."""
-        verify, draft = self.verify_time(rows, k + 1), self.draft_seconds(rows, k)
+        verify = self.expected_verify_time(rows, k, fill)
+        draft = self.draft_seconds(rows, k)
         if verify is None or draft is None or draft + verify <= 0:
             return None
         return expected_tokens(alpha, k) / (draft + verify)
 
-    def best_window(self, rows: int, alpha: list[float], k_max: int) -> tuple[int, float]:
+    def best_window(
+        self, rows: int, alpha: list[float], k_max: int, fill: list[float] | None = None
+    ) -> tuple[int, float]:
         """(k, predicted speedup over k = 0) maximising tokens per second; k = 0 is plain."""
-        speedups = {k: predict_speedup(self, rows, alpha, k) or 0.0 for k in range(1, k_max + 1)}
+        speedups = {
+            k: predict_speedup(self, rows, alpha, k, fill) or 0.0 for k in range(1, k_max + 1)
+        }
         k = max(speedups, key=speedups.get, default=0)  # the narrowest of equals
         return (k, speedups[k]) if k and speedups[k] > 1.0 else (0, 1.0)
 
 
-def predict_speedup(costs: CostModel, rows: int, alpha: list[float], k: int) -> float | None:
+def predict_speedup(
+    costs: CostModel, rows: int, alpha: list[float], k: int, fill: list[float] | None = None
+) -> float | None:
     """Predicted speed of window k over plain decoding at `rows`; None while unknown."""
-    plain, spec = costs.predict(rows, alpha, 0), costs.predict(rows, alpha, k)
+    plain, spec = costs.predict(rows, alpha, 0), costs.predict(rows, alpha, k, fill)
     if plain is None or spec is None or plain <= 0:
         return None
     return spec / plain
