@@ -76,6 +76,8 @@ class Engine:
     `cuda_graphs` captures them as CUDA graphs. Both default to on for a CUDA model and
     off on the CPU, where the eager pass is unchanged (`cuda_graphs` is ignored there;
     `static_passes=True` runs the buffered path eagerly, which is how CPU tests check it).
+    They keep no layer inputs: with a drafter that reads them (`ReadsLayerInputs`, an
+    EAGLE-3 head) the target runs its eager passes.
     With graphs the passes run the model's `layer_stack`: by default the faster of its
     own layers and the compiled ones (`specdec.graphs.fused_layers`), raced at capture.
     """
@@ -437,10 +439,6 @@ class Engine:
         self._powers = DrafterPowers.of(None)
         self._target = self.model
         self._cache = self.model.new_cache(rows, length)
-        if self.static_passes:
-            self._target = StaticPasses(
-                self.model, self._cache, rows, self.headroom - 1, graphs=self.cuda_graphs
-            )
         if self.drafter_factory is not None:
             self._drafter = self.drafter_factory(rows, length)
             self._powers = DrafterPowers.of(self._drafter)
@@ -449,6 +447,11 @@ class Engine:
             if self._pricer is not None:  # what prices a step before it is timed
                 costs = self._powers.costs
                 self._pricer.price_models(self.model, None if costs is None else costs.model)
+        # Fixed-shape passes keep no layer inputs: a drafter reading them gets eager passes.
+        if self.static_passes and not self._powers.aux_layers:
+            self._target = StaticPasses(
+                self.model, self._cache, rows, self.headroom - 1, graphs=self.cuda_graphs
+            )
 
     def _drop_finished(self) -> None:
         if self.prefix_cache is not None:  # a finished history is the next turn's prefix

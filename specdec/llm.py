@@ -298,14 +298,13 @@ class LLM:
 
     def _eagle3_drafter(self, draft: str, dtype: str, device: str, quant: str):
         """An EAGLE-3 head (vLLM's layout) drafting from the target's layer inputs, which
-        the eager passes hand over (the fixed-shape ones keep none: off with this head)."""
+        the eager passes hand over (the engine runs no fixed-shape ones with this head)."""
         from specdec.drafters.eagle3 import Eagle3Drafter
         from specdec.heads.eagle3 import load_eagle3
 
         head = load_eagle3(draft, self.model, self.model.dtype, device)
         # the learner trains the form it drafts with; otherwise the drafting form
         self.eagle = head if self.learning else tuned_layers(head.for_drafting(quant))
-        self.engine_options["static_passes"] = False
         return self._eagle_factory(Eagle3Drafter)
 
     def _eagle_factory(self, drafter_class):

@@ -471,9 +471,6 @@ class Runner:
             window.start_from(carried["acceptance"])
         window = shared_window(window, llm.tp)  # auto: rank 0's k on every rank
         acceptor = build_acceptor("rejection")
-        options = dict(llm.engine_options)
-        if point.method.startswith("heads") and isinstance(self.speculator, Eagle3Head):
-            options["static_passes"] = False  # layer inputs come from eager passes only
         return Engine(
             llm.model,
             llm.tokenizer,
@@ -485,7 +482,7 @@ class Runner:
             max_tree_nodes=tree_nodes,
             prefix_cache_tokens=llm.prefix_cache_tokens,
             prefill_chunk=llm.prefill_chunk,
-            **options,
+            **llm.engine_options,
         )
 
     def _heads(self, point: Point):

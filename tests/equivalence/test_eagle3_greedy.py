@@ -95,6 +95,24 @@ def test_eagle3_int4_drafting_form_leaves_greedy_output_exact(setup, tokenizer):
     assert sum(c.stats.steps for c in out) < len(PROMPTS) * (N - 1) / 2
 
 
+def test_an_engine_asked_for_static_passes_runs_eagle3_on_its_eager_ones(setup, tokenizer):
+    """Fixed-shape passes keep no layer inputs: with a drafter that reads them the engine
+    runs the target's eager passes, and the output is plain's."""
+    target, refs, params, head = setup
+    eng = Engine(
+        target,
+        tokenizer,
+        frozenset(),
+        max_batch=2,
+        drafter_factory=lambda b, length: Eagle3Drafter(head, b, length),
+        acceptor=GreedyAcceptor(),
+        window=FixedWindow(4),
+        static_passes=True,
+    )
+    assert [c.token_ids for c in eng.generate(PROMPTS, params)] == refs
+    assert eng._target is target
+
+
 @pytest.mark.parametrize("tree", [(3, 2, 1), (2, 2, 2, 2)], ids=["321", "2222-beam4"])
 def test_eagle3_trees_leave_greedy_output_exact(setup, tokenizer, tree):
     target, refs, params, head = setup
