@@ -41,24 +41,20 @@ class Acceptance:
         self.asked: list[float] = []  # decayed steps whose window reached draft j + 1
         self.filled: list[float] = []  # ... and whose pass was at least j + 1 drafts wide
 
+    def _decayed(self, totals: list[float], counts: list[int]) -> None:
+        """totals[i] = decay x totals[i] + counts[i], `totals` grown to `counts`' length."""
+        totals += [0.0] * max(0, len(counts) - len(totals))
+        for i, n in enumerate(counts):
+            totals[i] = self.config.decay * totals[i] + n
+
     def add(self, reached: list[int], kept: list[int]) -> None:
-        grow = max(0, len(reached) - len(self.reached))
-        self.reached += [0.0] * grow
-        self.kept += [0.0] * grow
-        decay = self.config.decay
-        for i, (d, a) in enumerate(zip(reached, kept, strict=True)):
-            self.reached[i] = decay * self.reached[i] + d
-            self.kept[i] = decay * self.kept[i] + a
+        self._decayed(self.reached, reached)
+        self._decayed(self.kept, kept)
 
     def add_width(self, k: int, width: int) -> None:
         """A step's window k and its verify pass's width (1 + its longest draft)."""
-        grow = max(0, k - len(self.asked))
-        self.asked += [0.0] * grow
-        self.filled += [0.0] * grow
-        decay = self.config.decay
-        for j in range(k):
-            self.asked[j] = decay * self.asked[j] + 1
-            self.filled[j] = decay * self.filled[j] + (j < width - 1)
+        self._decayed(self.asked, [1] * k)
+        self._decayed(self.filled, [int(j < width - 1) for j in range(k)])
 
     @property
     def fill(self) -> list[float]:

@@ -279,10 +279,11 @@ class CostModel:
         time(1) + sum over j <= k of fill[j-1] x (time(j+1) - time(j)), fill[j-1] the chance
         a pass is at least j drafts wide (a drafter that sizes its drafts by its match), as
         its last past its end; without `fill` every pass is k + 1 wide ("Costs")."""
-        full = self.verify_time(rows, k + 1)
-        if not fill or full is None or k == 0 or min(fill[:k]) >= 1.0:
-            return full
+        if not fill or k == 0 or min(fill[:k]) >= 1.0:
+            return self.verify_time(rows, k + 1)
         times = [self.verify_time(rows, w) for w in range(1, k + 2)]  # widths 1 .. k + 1
+        if times[0] is None:  # nothing timed yet
+            return None
         share = [fill[min(j, len(fill) - 1)] for j in range(k)]  # past it: as the last
         return times[0] + sum(f * (times[j + 1] - times[j]) for j, f in enumerate(share))
 
