@@ -55,6 +55,7 @@ bench-serve: $(STAMP)
 
 test: $(DEV_STAMP)
 	$(VENV)/bin/ruff check specdec tests scripts examples
+	$(VENV)/bin/ruff format --check specdec tests scripts examples
 	$(PY) -m pytest -q
 
 test-slow: $(DEV_STAMP)
@@ -74,6 +75,7 @@ test-gpu: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check specdec tests scripts examples
+	$(VENV)/bin/ruff format --check specdec tests scripts examples
 
 # The documentation site (mkdocs.yml, docs/) into site/: the CLI reference regenerated from
 # the parsers, then a strict build (a warning fails it, as in the test suite).

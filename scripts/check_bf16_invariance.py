@@ -81,8 +81,11 @@ def main() -> None:
         out = engine.generate(batch, params)
         equal = sum(c.token_ids == alone[i % len(ids)] for i, c in enumerate(out))
         took = time.time() - start
-        print(f"{name}, {args.streams} concurrent streams == alone: {equal}/{args.streams}"
-              f" ({took:.0f} s)", flush=True)
+        print(
+            f"{name}, {args.streams} concurrent streams == alone: {equal}/{args.streams}"
+            f" ({took:.0f} s)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -68,8 +68,7 @@ def sampling_params(args: argparse.Namespace) -> SamplingParams:
     """The request every prompt of `generate` makes, from its parsed flags."""
     if args.logprobs is not None and not 0 <= args.logprobs <= MAX_TOP_LOGPROBS:
         raise InvalidParameterError(
-            f"--logprobs {args.logprobs}: alternatives per token must be in "
-            f"[0, {MAX_TOP_LOGPROBS}]"
+            f"--logprobs {args.logprobs}: alternatives per token must be in [0, {MAX_TOP_LOGPROBS}]"
         )
     return SamplingParams(
         temperature=args.temperature,
@@ -121,4 +120,3 @@ def _grammar(args: argparse.Namespace) -> Grammar | None:
     if not isinstance(schema, (dict, bool)):
         raise InvalidParameterError(f"--json-schema {path}: a schema is an object or a boolean")
     return Grammar("json_schema", json.dumps(schema))
-

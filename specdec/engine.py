@@ -323,9 +323,7 @@ class Engine:
         return _drained(self.admit_steps())
 
     @torch.inference_mode()  # on a generator: inside each resume only, not between them
-    def admit_steps(
-        self, caller_time: bool = False
-    ) -> Generator[None, None, list[LiveSequence]]:
+    def admit_steps(self, caller_time: bool = False) -> Generator[None, None, list[LiveSequence]]:
         """`admit`, yielding between the passes of a chunked prefill. At a yield the caller
         may run `decode` (the live rows take a step, so a long prompt delays them by one
         pass, not by its whole prefill); the admitted rows join after the last pass.

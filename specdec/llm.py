@@ -66,6 +66,7 @@ from specdec.window.cache import cost_file, load_acceptance, load_costs, save_co
 
 log = logging.getLogger(__name__)
 
+
 class LLM:
     """A loaded target model plus its tokenizer and, optionally, a drafter.
 

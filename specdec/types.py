@@ -37,7 +37,6 @@ class Verdict:
     num_accepted: torch.Tensor  # [B] long, accepted draft tokens (emitted = num_accepted + 1)
 
 
-
 @dataclass(frozen=True)
 class TokenTree:
     """One row's flattened tree (see the module docstring)."""
@@ -164,7 +163,6 @@ class TreeDraft:
         pad = torch.arange(N)[None, :] >= self.num_nodes[:, None]  # [B, N]
         visible[:, 1:, 0] &= ~pad  # pad nodes see only themselves
         return offsets, visible
-
 
 
 @dataclass(frozen=True)

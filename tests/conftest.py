@@ -89,4 +89,3 @@ def invariant_native_kernels():
         yield
     for kernel in kernels:
         kernel.cache_clear()
-

@@ -94,10 +94,10 @@ class UsesPrefixCache(Protocol):
     def use_prefix_cache(self, store: PrefixCache) -> None: ...
 
 
-
 @runtime_checkable
 class UsesProcessors(Protocol):
     def use_processors(self, processors: Sequence) -> None: ...
+
 
 @runtime_checkable
 class CatchesUp(Protocol):

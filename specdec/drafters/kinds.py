@@ -29,7 +29,12 @@ from specdec.heads.mlp import is_speculator_dir
 
 # kind -> whether it takes a value (a name or a directory) after "kind:"
 KINDS = {
-    "ngram": False, "suffix": False, "model": True, "heads": True, "eagle": True, "eagle3": True,
+    "ngram": False,
+    "suffix": False,
+    "model": True,
+    "heads": True,
+    "eagle": True,
+    "eagle3": True,
 }
 HEAD_KINDS = ("heads", "eagle", "eagle3")  # drafters that read the target's hidden states
 SUFFIX_PLUS = "suffix+"  # `suffix+KIND:VALUE`: suffix decoding combined with that drafter

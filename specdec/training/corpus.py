@@ -167,5 +167,3 @@ class PackedStream:
                 self.doc, self.epoch = 0, self.epoch + 1
         batch, self.buffer = self.buffer[:need], self.buffer[need:]
         return torch.tensor(batch, dtype=torch.long).view(self.B, self.T)
-
-

@@ -55,16 +55,19 @@ def _engines(target, draft, tokenizer, max_batch, prefill_chunk=None):
         ("draft auto", model_drafter, AdaptiveWindow(k_max=6)),
         ("ngram k=5", lambda rows, length: NgramDrafter(), FixedWindow(5)),
     ]:
-        yield name, Engine(
-            target,
-            tokenizer,
-            frozenset(),
-            max_batch=max_batch,
-            drafter_factory=factory,
-            acceptor=GreedyAcceptor(),
-            window=window,
-            max_len=96,
-            prefill_chunk=prefill_chunk,
+        yield (
+            name,
+            Engine(
+                target,
+                tokenizer,
+                frozenset(),
+                max_batch=max_batch,
+                drafter_factory=factory,
+                acceptor=GreedyAcceptor(),
+                window=window,
+                max_len=96,
+                prefill_chunk=prefill_chunk,
+            ),
         )
 
 

@@ -455,4 +455,3 @@ def test_a_methods_peak_is_read_apart_from_earlier_ones():
     assert high > 300e6
     if os.path.exists("/proc/self/clear_refs"):  # Linux: the reset takes
         assert after < high - 200e6
-

@@ -143,9 +143,7 @@ def test_the_cache_is_read_back_and_keyed_by_machine(tmp_path, monkeypatch, caps
     monkeypatch.setattr(
         tuning,
         "measure_group",
-        lambda layers: (
-            timed.append(len(layers)) or stored["groups"][tuning.group_key(layers[0])]
-        ),
+        lambda layers: timed.append(len(layers)) or stored["groups"][tuning.group_key(layers[0])],
     )
     tuning.tune_kernels(_model(), cache=cache)
     assert timed == [3, 1]

@@ -177,6 +177,7 @@ def test_auto_never_slows_a_batch_whose_longest_rows_get_no_drafts(
 
     plain_s = n - 1.0  # one plain step per token after the prefill's
     assert plain_s / run() >= 0.97
+
     def every_row(record):  # counts over every row; the guard credits the batch's progress
         reached, kept, judged, _ = step_counts(replace(record, whole_batch=False))
         return reached, kept, judged, step_counts(record)[3]
