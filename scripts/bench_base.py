@@ -1,4 +1,4 @@
-"""The batch-1 table of issue 13, side by side in one process: specdec plain bf16, plain
+"""The batch-1 base table, side by side in one process: specdec plain bf16, plain
 int4 / int8 targets, speculative (draft model, `auto`) on bf16 and int4 targets, and
 transformers `generate`, on the same code and ShareGPT chat prompts, greedy, same threads.
 (llama.cpp is `specdec bench`'s llamacpp peer, with the `.[llamacpp]` extra.)

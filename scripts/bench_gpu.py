@@ -1,4 +1,4 @@
-"""Issue 14's GPU figures, CUDA graphs on vs off, in one run, with no network.
+"""The GPU row's figures, CUDA graphs on vs off, in one run, with no network.
 
 For randomly initialised models of the default pair's exact shapes (Qwen2.5-Coder-1.5B
 target, 0.5B draft: the published config.json values below; random weights cost what real
@@ -13,7 +13,7 @@ ones do), it prints:
   copy bandwidth (bytes read + written per second), and plain batch 1 as a share of it;
 - transformers `generate` on the same shapes and weights with its static cache and
   `torch.compile` (its auto-compile, mode "reduce-overhead"), decode tokens/s at batch 1;
-- issue 14's bars, met or not (graphs on).
+- the GPU bars, met or not (graphs on).
 
     python scripts/bench_gpu.py --out bench-out/gpu.json      # an H100: minutes
     python scripts/bench_gpu.py --device cpu --quick          # tiny shapes: a smoke test
@@ -223,7 +223,7 @@ def hf_tokens_per_s(hf, batch: int, args, compile_: bool) -> float:
 
 
 def bars(result: dict) -> dict:
-    """Issue 14's 'what must hold', graphs on: True/False per bar (None: not measured)."""
+    """The GPU bars, graphs on: True/False per bar (None: not measured)."""
     on = result["graphs_on"]
     hf = result["transformers"].get("batch_1")
     return {
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> dict:
         result["plain_b1_share_of_bound"] = round(b1 / bound, 4)
         print(f"plain batch 1: {b1} tok/s = {b1 / bound:.1%} of the bandwidth bound")
         result["bars"] = bars(result)
-        print("issue 14 bars (graphs on):", json.dumps(result["bars"]))
+        print("GPU bars (graphs on):", json.dumps(result["bars"]))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

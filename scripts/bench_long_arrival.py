@@ -1,4 +1,4 @@
-"""How much a long prompt arriving stalls the streams already decoding (issue 62, item 3).
+"""How much a long prompt arriving stalls the streams already decoding.
 
 Through the server's own loop (`serving.async_engine.AsyncEngine`, the engine on its thread,
 tokens published to asyncio queues; no HTTP): 8 streams decode (short chat prompts, greedy,

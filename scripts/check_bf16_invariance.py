@@ -1,7 +1,7 @@
 """Greedy output on a real pair, checked token for token: speculative against plain for each
 prompt alone, and N concurrent streams (plain and speculative) against each prompt alone.
 
-What issue 62's "the same tokens whatever the batch" asks of bf16 on a CPU
+What "the same tokens whatever the batch" asks of bf16 on a CPU
 (`specdec.kernels.invariance`); `SPECDEC_BF16_INVARIANT=0` runs the tuned kernels of before
 for the comparison. Prompts: the bench's code prompts, then held-out-style ones written for
 this check (never tuned on). Streams cycle through the prompts when there are more of them.

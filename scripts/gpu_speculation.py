@@ -1,4 +1,4 @@
-"""Issue 64's GPU figures in one device call: speculation with an eagle head, timed.
+"""GPU figures in one device call: speculation with an eagle head, timed.
 
 Randomly initialised weights of the default target's shape (Qwen2.5-Coder-1.5B, as
 scripts/bench_gpu.py builds them) and an eagle head of its shape (`build_eagle`, a
@@ -21,7 +21,7 @@ and roll back are the real ones. Printed, and written to one JSON file (`--out`)
   0.6 / 0.8), with the window the cost model picks (`fixed`) and with `auto`, beside the
   cost model's prediction from the profile and from the acceptance the run realised
   (and `off_record`: rows whose run left the record, which makes later drafts wrong);
-- issue 64's bars, met or not.
+- the bars, met or not.
 
     python scripts/gpu_speculation.py --out bench-out/gpu-spec.json   # an H200: minutes
     python scripts/gpu_speculation.py --device cpu --quick            # tiny shapes: seconds
@@ -268,7 +268,7 @@ def speculate(target, head, batch, prompts, params, records, costs, args, plain_
 
 
 def bars(result: dict) -> dict:
-    """Issue 64's 'what must hold' (None: not measured in this run)."""
+    """The bars, met or not (None: not measured in this run)."""
     by_batch = result["by_batch"]
 
     def timed(batch: str, mode: str, profile: str = "eagle-chat"):
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
     result["bars"] = bars(result)
     result["seconds"] = round(time.perf_counter() - started, 1)
-    print("issue 64 bars:", json.dumps(result["bars"]), f"({result['seconds']} s)", flush=True)
+    print("bars:", json.dumps(result["bars"]), f"({result['seconds']} s)", flush=True)
     save(result, args.out)
     return result
 

@@ -42,7 +42,7 @@ def matmul_gflops(threads: int, n: int = 256, seconds: float = 0.3) -> float:
 
 # All threads over one thread below this: the threads share cores at the moment. Why: on a
 # 2-vCPU EPYC VM two single-thread FMA loops ran 5.6-5.7 FMA/ns each in most minutes and
-# 2.95 each in one (archived runs, git tag archive/bench-runs): the host had put both vCPUs on one
+# 2.95 each in one (archived runs, commit 1f7ab6a): the host had put both vCPUs on one
 # core's hardware threads, and `lscpu` said 2 cores either way.
 SHARED_CORES_SCALING = 1.4
 

@@ -8,7 +8,7 @@ Two speedups over plain decoding of the same group:
   sees: the median run's over plain's median run.
 - `paired_speedup`: the same, as the median over turns of each run's tokens/s over plain's
   run in the same turn, where the group's methods took turns (`Runner.measure_group`,
-  2+ runs each). Drift on a shared CPU cancels within a turn, so the issue's
+  2+ runs each). Drift on a shared CPU cancels within a turn, so
   "auto >= 0.97x plain" is checked on it where it exists, on `speedup` otherwise.
 - `paired_decode_speedup`: the decode phase's per-turn median, as `paired_speedup`. At a
   long prompt the prefill is most of a run and the same work for every method, yet its

@@ -1,5 +1,5 @@
 """The `edits` workload: the same code files edited across a sequence of requests, as
-code-editing assistants and agents send them (issue 62's repetitive workload).
+code-editing assistants and agents send them (traffic that repeats itself across requests).
 
 Each file answers one of the bench's code prompts (`workloads.CODE_PROMPTS`); request i
 asks for one edit to a file and quotes the file, as the request before it on that file

@@ -119,7 +119,7 @@ def acceptance_by_position(rows: list[dict], out: Path) -> Path | None:
 
 def predicted_vs_measured(rows: list[dict], out: Path) -> Path | None:
     """Cost-model prediction against the measured decode-phase speedup, with the +-15%
-    band the issue asks for."""
+    band it is held to."""
     pts = [r for r in rows if r.get("predicted_speedup") and r.get("decode_speedup")]
     if not pts:
         return None

@@ -1,6 +1,6 @@
 """summary.md: the tables of a benchmark folder, in the form of docs/benchmarks.md's tables.
 
-Also states the issue's two checks in words, with the points that fail them, so a reader
+Also states the two checks in words, with the points that fail them, so a reader
 does not have to scan the table: `auto` at or above 0.97x plain everywhere, and predicted
 vs measured within 15% at batch 1.
 """

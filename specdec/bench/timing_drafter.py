@@ -35,14 +35,14 @@ from specdec.errors import InvalidParameterError
 PROFILES: dict[str, tuple[float, ...]] = {
     # the trained eagle head on the trainer's 8 held-out chats, bf16 target, chain k = 1..5:
     # tokens per pass 1.6261 / 1.9955 / 2.2315 / 2.3876 / 2.495 (the archived
-    # docs/BENCHMARKS.md, git tag archive/bench-runs: "An eagle head at 2 tokens per pass in
+    # docs/BENCHMARKS.md, commit 1f7ab6a: "An eagle head at 2 tokens per pass in
     # the engine", mean over positions). Their differences are the share of
     # positions whose first i drafts were all kept (0.6261, 0.3694, 0.2360, 0.1561,
     # 0.1074); these are their successive ratios.
     "eagle-chat": (0.6261, 0.5900, 0.6389, 0.6614, 0.6880),
     # The same head after learning while serving, in the engine, int4 target, chain k = 3
     # on the bench's 4 chats (heads-k3, acceptance per position 0.471, 0.2353, 0.0977; archived
-    # runs, git tag archive/bench-runs): what the engine realised on the CPU.
+    # runs, commit 1f7ab6a): what the engine realised on the CPU.
     "eagle-chat-engine": (0.4710, 0.4996, 0.4152),
     "alpha-0.6": (0.6,),
     "alpha-0.8": (0.8,),

@@ -4,7 +4,7 @@ on CUDA each bucket is captured as one CUDA graph (`specdec.graphs.static_pass.R
 Why: the head is one decoder layer, but a draft step of n tokens is n + 1 small passes,
 each a few dozen kernel launches; eager, a GPU spends the step launching them (the 0.5B
 draft model's eager step cost 0.67 of a target step on an H200 for the same reason,
-archived runs, git tag archive/bench-runs). Captured, a whole step, the feed of the pending
+archived runs, commit 1f7ab6a). Captured, a whole step, the feed of the pending
 entries and the n draft tokens, is one replay and one host sync.
 
 What `EagleDrafter._feed_pending` and `_step` do, with every shape fixed by a bucket

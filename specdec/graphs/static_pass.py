@@ -2,7 +2,7 @@
 
 Why: on a GPU the eager pass is host-bound (~1100 kernel launches, 3.3 ms of kernels in
 35.8 ms of wall time: "On a GPU" in the archived docs/BENCHMARKS.md, git tag
-archive/bench-runs). A CUDA graph replays a captured pass with one launch, but only over the
+commit 1f7ab6a). A CUDA graph replays a captured pass with one launch, but only over the
 shapes and memory addresses it was captured with. So:
 
 - a call's (rows, tokens per row) is padded up to a **bucket** (`Bucket`, `pick`); the

@@ -8,8 +8,8 @@ alone. In bf16 the tuned kernels broke both: each bucket of row counts took the 
 timed fastest for it (the native kernel for steps, fp32 GEMMs for prefills, oneDNN where it
 packs bf16), the native decode stack took small steps and the eager layers (PyTorch's
 attention, whose reduction order follows the number of query rows) the others; a near-tie
-then flipped a token (issue 62: greedy bf16 speculation differed from plain on 2 of 3 code
-prompts, and 4 of 6 batched streams from the request alone).
+then flipped a token (greedy bf16 speculation differed from plain on 2 of 3 code prompts,
+and 4 of 6 batched streams from the request alone; docs/benchmarks.md, "Milestones").
 
 In this mode every bf16 pass of a model the native decode stack serves runs through the
 stack, whatever its rows (decode steps, verify passes, batched steps, prefills), and every

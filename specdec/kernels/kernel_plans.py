@@ -1,15 +1,15 @@
 """Kernel plans predicted from the CPU's instruction set, for a machine that has timed nothing.
 
-Why: timing every choice on a fresh machine took most of a first load (535 s of a 12 min 57 s
-`make demo` on a 2-vCPU Xeon, issue 60). The timings on the three CPUs measured so far
-converged to a few rules per instruction-set class (`native.instruction_set`), kept in
-`PREDICTED` below; a first load starts from them at once and measures only the choices a
-rule leaves uncertain, within a time budget (`tuning_budget`). Every choice here is among
-exact alternatives (kernels of one product, a stack with the eager layers' roundings, a
-prefetch level, a weight layout), so a predicted plan changes speed, never which tokens
-come out (tested: tests/unit/test_kernel_plans.py).
+Why: timing every choice on a fresh machine took most of a first load (535 s of a
+12 min 57 s `make demo` on a 2-vCPU Xeon; docs/benchmarks.md, "First run"). The timings on the three
+CPUs measured so far converged to a few rules per instruction-set class
+(`native.instruction_set`), kept in `PREDICTED` below; a first load starts from them at once
+and measures only the choices a rule leaves uncertain, within a time budget
+(`tuning_budget`). Every choice here is among exact alternatives (kernels of one product, a
+stack with the eager layers' roundings, a prefetch level, a weight layout), so a predicted
+plan changes speed, never which tokens come out (tested: tests/unit/test_kernel_plans.py).
 
-Where each rule comes from (the archived docs/BENCHMARKS.md, git tag archive/bench-runs):
+Where each rule comes from (the archived docs/BENCHMARKS.md, commit 1f7ab6a):
 - bf16 projections: Zen 3 (AVX2) kept `native_bf16` up to 32 rows and `fp32_panels` at 64
   and 256; a Zen 4 (AVX-512 BF16) and a Xeon with AMX keep the native kernel for
   verify passes (pair panels / AMX tiles: 2-16 rows near one row's cost) and

@@ -130,7 +130,8 @@ class Int4Linear(Linear):
     kernel run on it by mistake fails at once (it is no tensor), never a second copy or
     a wrong number (torch computes garbage from a meta-device weight without a word). Why:
     with the dequantized weights kept for the dense kernels, the int4 1.5B + 0.5B pair
-    peaked at 12.9 GB where llama.cpp holds the same Q4_K weights in 1.86 GB (issue 60).
+    peaked at 12.9 GB where llama.cpp holds the same Q4_K weights in 1.86 GB
+    (docs/benchmarks.md, "Memory and start-up").
 
     Kernels, all reading the blocks: the native one ("q4_native": int8 activations, integer
     dot products, batch-invariant at every row count, register-blocked up to 8 rows a pass

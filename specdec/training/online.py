@@ -97,7 +97,7 @@ class LearnConfig:
     # Forward and backward under bf16 autocast (the student and its optimizer stay fp32);
     # None: where the device multiplies bf16 natively (`train.heads_autocast`). Measured on
     # an Intel Xeon with AMX, the Qwen 1.5B's eagle head: 263 positions/s against 124 in
-    # fp32 (micro-batches of 2 windows; archived runs, git tag archive/bench-runs).
+    # fp32 (micro-batches of 2 windows; archived runs, commit 1f7ab6a).
     autocast: bool | None = None
     # Share of each micro-batch's windows drawn from the heads directory's stored stage-2
     # data, where it holds some (see "Replay"); 0: the traffic only.

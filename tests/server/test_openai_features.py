@@ -79,7 +79,7 @@ def bf16_server(tmp_path_factory, invariant_native_kernels):
 
 # Logprobs with speculation against without: fp32 keeps its tuned kernels (a verify pass of
 # k + 1 rows may round differently from a one-row step: 5e-7 seen), bf16 the
-# batch-invariant ones (issue 62 allows 1e-3).
+# batch-invariant ones, held to 1e-3 in bf16.
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3}
 
 

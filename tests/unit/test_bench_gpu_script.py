@@ -1,4 +1,4 @@
-"""scripts/bench_gpu.py (issue 14's GPU figures) runs end to end on the CPU with
+"""scripts/bench_gpu.py (the GPU row's figures) runs end to end on the CPU with
 `--device cpu --quick` (tiny shapes, a few tokens: seconds), static passes included, so a
 GPU session only has to run it. Its figures here mean nothing; its shape is checked."""
 
@@ -47,9 +47,9 @@ def test_pass_profile_counts_kernels_of_both_layer_stacks(script):
 
 
 def test_speculation_script_reports_every_figure_on_the_cpu(tmp_path, script):
-    """scripts/gpu_speculation.py (issue 64's device call) runs end to end on the CPU in
-    its quick mode: static passes eagerly, the head's too, every profile timed with the
-    acceptance-controlled drafter. fp32: the runs follow their records exactly."""
+    """scripts/gpu_speculation.py (speculation on a GPU in one device call) runs end to end
+    on the CPU in its quick mode: static passes eagerly, the head's too, every profile timed
+    with the acceptance-controlled drafter. fp32: the runs follow their records exactly."""
     from specdec.bench.timing_drafter import PROFILES
 
     out = tmp_path / "spec.json"

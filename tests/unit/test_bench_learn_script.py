@@ -1,4 +1,4 @@
-"""scripts/bench_learn.py's report (issue 15's learning curve and learning cost) on
+"""scripts/bench_learn.py's report (the learning curve and the learner's cost) on
 request logs written here: tokens per target pass per window, decode tokens/s, and the
 learner-on (frozen) over learner-off ratio on the requests both replayed."""
 

@@ -150,12 +150,12 @@ inline void in_row_chunks(int64_t R, Body&& body) {
 // weights. The floats are the same in both builds (one fused multiply-add per k and output,
 // in the order of k); they differ from the row layout's in the last bits. Batch-invariant.
 // - AVX2 builds: panels of 8 (one 16-byte load a k). On a Zen 3 (2 threads, the 1.5B's
-//   shapes streamed from memory, both layouts taking turns; archived runs, git tag archive/bench-runs
+//   shapes streamed from memory, both layouts taking turns; archived runs, commit 1f7ab6a
 //   bf16_panels.log) 1-5 rows ran 1.04-1.26x faster than the row layout, 6 rows 1.01-1.13x,
 //   7-8 rows 0.96-1.10x.
 // - AVX-512 builds: panels of 32, a k's weights one 64-byte line, split into the even and
 //   the odd outputs by a shift and a mask (no cross-lane widening). On a Zen 4 (2 threads,
-//   the same shapes, taking turns; archived runs, git tag archive/bench-runs) against the row
+//   the same shapes, taking turns; archived runs, commit 1f7ab6a) against the row
 //   layout: 1 row 1.17-1.28x, 2 rows 1.14-1.28x, 4-5 rows 1.17-1.62x, 8 rows 1.41-1.48x.
 //   The row layout read 8 output rows of 3 KB at once for the K = 1536 shapes, and that
 //   pattern itself streamed slower than one sequential read.
@@ -171,7 +171,7 @@ inline void in_row_chunks(int64_t R, Body&& body) {
 //   kernel multiplies at most ~103 GMAC/s on two cores, so a 5-row verify pass is bound by
 //   its arithmetic whenever the memory reads faster than ~41 GB/s (the host reads 30-58),
 //   and 8 rows always were (25 GB/s); these panels multiply ~160-175 GMAC/s, and stream 8
-//   rows at the memory's rate (archived runs, git tag archive/bench-runs).
+//   rows at the memory's rate (archived runs, commit 1f7ab6a).
 //
 // Each layout is a struct: its PANEL (outputs a panel) and KSTEP (k of one output side by
 // side in a line), the activations `X` its product takes, `times<R, V>` (R rows times V
@@ -276,7 +276,7 @@ struct PairPanels16 {  // AVX-512 BF16: 16 outputs, a pair of k a line
 // pairs) are one B tile (16 rows x 64 bytes) as they lie, and up to 16 rows of x in bf16
 // (32 k a row) one A tile, so one `tdpbf16ps` adds 16 R x 32 products to C [R, 16]. A verify
 // pass of 2-16 rows then costs what one row does: on a Xeon with AMX (2 threads, the 1.5B's
-// step from memory, taking turns; archived runs, git tag archive/bench-runs) 8 rows ran 1.5-2.1x
+// step from memory, taking turns; archived runs, commit 1f7ab6a) 8 rows ran 1.5-2.1x
 // faster than the fp32-FMA panels and 16 rows 2.1x, one row 0.75-1.23x, with the memory
 // drift. Each (row, output) sums in its own C element, 32 k an instruction in the order of
 // k, whatever the rows beside it: batch-invariant; the floats differ from `vdpbf16ps`'s in
@@ -547,7 +547,7 @@ void run_rows(const float* x, const uint16_t* w, float* y, int64_t K, int64_t N)
     // Output rows per register tile: 8 for 1-2 rows (16 accumulators, 8 widened weights and
     // x: 25 of 32 registers), which streamed 1.10-1.29x faster than 4 at one row and
     // 1.13-1.16x at two on a Zen 4 (2 threads, the 1.5B's shapes from memory, taking turns:
-    // archived runs, git tag archive/bench-runs); 12 no faster than 8; 3-5 rows the same
+    // archived runs, commit 1f7ab6a); 12 no faster than 8; 3-5 rows the same
     // at 3 and 4. The tile only orders the reads: every (row, output) sums in the same
     // order, so the floats are the same at any T. (The panels above are read instead
     // wherever a layer has them; this layout serves callers that give none.)
