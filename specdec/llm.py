@@ -128,8 +128,6 @@ class LLM:
     def __init__(self, model: str | EngineArgs, **options) -> None:
         """`LLM(model, **options)` with the fields of `EngineArgs` as options, or
         `LLM(EngineArgs(...))`."""
-        from specdec.hub import gguf_source, resolve
-
         args = model if isinstance(model, EngineArgs) else EngineArgs(model=model, **options)
         self.args = args
         spec, device, dtype = args.draft_spec, args.device, args.dtype
@@ -147,23 +145,7 @@ class LLM:
         }
         window = build_window(args.window, args.k_max)
         acceptor = build_acceptor(args.acceptor)
-        path = resolve(args.model, dtype)
-        self.name, self.path = args.model, path
-        self.tokenizer = load_tokenizer(path)
-        self.eos_ids = eos_token_ids(path, self.tokenizer)
-        if self.tp is not None:  # each rank on its own device; refuse bad splits before loading
-            device = self.tp.device
-            check_tp_split(path, spec.value if args.draft_tp > 1 else None, dtype, args.tp)
-        # int4 from a Q4_K GGUF runs the file's own 4-bit blocks (a shard re-quantizes).
-        quant = args.quant
-        source = gguf_source(args.model) if quant == "int4" and self.tp is None else None
-        if torch.device(device).type == "cpu":
-            prepare_cpu()  # native builds; pack once, in the layout this machine timed
-        # Streamed into its quantized layers, refused up front where it would not fit.
-        self.model = _tuned(_load_model(path, dtype, device, self.tp, quant, source, "the target"))
-        self.layer_stack = None if args.fused_layers else "eager"  # raced at the first capture
-        self.model.layer_stack = self.layer_stack
-        self.quant = quant
+        device = self._load_target(device)
         draft_quant = args.draft_quant
         if draft_quant is None:
             draft_quant = "int4" if torch.device(device).type == "cpu" else "none"
@@ -188,17 +170,7 @@ class LLM:
             max_len = min(max_len, self.model.config.max_position_embeddings + headroom)
         self._costs_file = None
         if isinstance(window, AdaptiveWindow) and self.tp is None and _cost_cache_on():
-            setup = {
-                "target": str(path), "quant": quant, "dtype": dtype, "device": str(device),
-                "draft": args.draft, "draft_quant": draft_quant, "draft_vocab": args.draft_vocab,
-                "tree": self.tree,
-                "n_candidates": args.n_candidates, "max_batch": args.max_batch,
-                "int4_layout": "measured",  # costs timed with the draft in rows by rule are stale
-            }  # fmt: skip
-            self._costs_file, self._costs_setup = cost_file(setup), setup
-            window.costs = load_costs(self._costs_file) or window.costs
-            _start_from_stored_acceptance(window, self._costs_file)
-            atexit.register(_save_costs_if_alive, weakref.ref(self))
+            self._warm_start(window, device)
         window = shared_window(window, self.tp)  # rank 0's choice of k on every rank
         self.engine = Engine(
             self.model,
@@ -215,6 +187,47 @@ class LLM:
             **self.engine_options,
         )
         self.prefix_cache_tokens = args.prefix_cache_tokens
+
+    def _load_target(self, device: str) -> str:
+        """Tokenizer and target model of `self.args` (streamed into its quantized layers,
+        refused up front where it would not fit); returns the device it is on (a rank's
+        own under tensor parallelism)."""
+        from specdec.hub import gguf_source, resolve
+
+        args, dtype = self.args, self.args.dtype
+        path = resolve(args.model, dtype)
+        self.name, self.path = args.model, path
+        self.tokenizer = load_tokenizer(path)
+        self.eos_ids = eos_token_ids(path, self.tokenizer)
+        if self.tp is not None:  # each rank on its own device; refuse bad splits before loading
+            device = self.tp.device
+            draft = args.draft_spec.value if args.draft_tp > 1 else None
+            check_tp_split(path, draft, dtype, args.tp)
+        # int4 from a Q4_K GGUF runs the file's own 4-bit blocks (a shard re-quantizes).
+        quant = self.quant = args.quant
+        source = gguf_source(args.model) if quant == "int4" and self.tp is None else None
+        if torch.device(device).type == "cpu":
+            prepare_cpu()  # native builds; pack once, in the layout this machine timed
+        self.model = _tuned(_load_model(path, dtype, device, self.tp, quant, source, "the target"))
+        self.layer_stack = None if args.fused_layers else "eager"  # raced at the first capture
+        self.model.layer_stack = self.layer_stack
+        return device
+
+    def _warm_start(self, window: AdaptiveWindow, device: str) -> None:
+        """`auto` starts from the costs and acceptance stored for this exact setup (target,
+        formats, drafter, batch), and stores its own at exit."""
+        args = self.args
+        setup = {
+            "target": str(self.path), "quant": self.quant, "dtype": args.dtype,
+            "device": str(device), "draft": args.draft, "draft_quant": self.draft_quant,
+            "draft_vocab": args.draft_vocab, "tree": self.tree,
+            "n_candidates": args.n_candidates, "max_batch": args.max_batch,
+            "int4_layout": "measured",  # costs timed with the draft in rows by rule are stale
+        }  # fmt: skip
+        self._costs_file, self._costs_setup = cost_file(setup), setup
+        window.costs = load_costs(self._costs_file) or window.costs
+        _start_from_stored_acceptance(window, self._costs_file)
+        atexit.register(_save_costs_if_alive, weakref.ref(self))
 
     def _learner(self, spec: DraftSpec):
         """The online learner of the heads `spec` names (`--learn`)."""
