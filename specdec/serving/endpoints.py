@@ -31,12 +31,19 @@ class Service:
     clients must ask for, the API key if any, and the learner whose figures usage reports."""
 
     def __init__(
-        self, engine: Engine, model_name: str, *, api_key=None, max_queue=256, sync=None,
+        self,
+        engine: Engine,
+        model_name: str,
+        *,
+        api_key=None,
+        max_queue=256,
+        sync=None,
         learner=None,
-    ) -> None:  # fmt: skip
-        self.engine, self.model_name, self.api_key, self.learner = (
-            engine, model_name, api_key, learner,
-        )  # fmt: skip
+    ) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.api_key = api_key
+        self.learner = learner
         self.metrics = ServerMetrics()
         self.runner = AsyncEngine(engine, self.metrics, max_queue, sync)
         self.tokenizer = engine.tokenizer
@@ -123,9 +130,17 @@ class Service:
     def _streamed(self, handles, events, chunk, req, prompts, echo=None, **options):
         """A request's choices as server-sent events (`responses.stream`)."""
         body = stream(
-            self.runner, handles, events, self.tokenizer, chunk, req, prompts, echo,
-            heads=self.heads, **options,
-        )  # fmt: skip
+            self.runner,
+            handles,
+            events,
+            self.tokenizer,
+            chunk,
+            req,
+            prompts,
+            echo,
+            heads=self.heads,
+            **options,
+        )
         return sse(body)
 
     # ---- the endpoints -------------------------------------------------------------------
