@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from specdec.errors import SpecdecError
+from specdec.kernels.linear import Linear
 from specdec.models.config import ModelConfig
 
 GB = 1e9
@@ -52,6 +53,23 @@ def resident_bytes(module: nn.Module) -> int:
         for fmt in getattr(m, "formats", {}).values():
             add(fmt)
     return sum(seen.values())
+
+
+def step_bytes(model) -> int | None:
+    """Bytes a one-token step reads: each projection in its most compact stored format and
+    the other weights, but not the embedding or vocabulary head (a row of one; the same in
+    a pair sharing a vocabulary). None for a drafter that is not a model."""
+    if not isinstance(model, nn.Module):
+        return None
+    total = 0
+    for name, module in model.named_modules():
+        if "embed_tokens" in name or "lm_head" in name:
+            continue
+        if isinstance(module, Linear):
+            total += module.stored_bytes()
+        else:
+            total += sum(p.nbytes for p in module.parameters(recurse=False))
+    return total
 
 
 def projection_weights(cfg: ModelConfig) -> tuple[int, int]:

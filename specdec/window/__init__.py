@@ -7,7 +7,7 @@ tokens over measured seconds, k = 0 being plain decoding, and guards the speed i
 from specdec.window.config import WindowConfig
 from specdec.window.controller import AdaptiveWindow, FixedWindow, Phase, PricesModels, Window
 from specdec.window.costs import CostModel, conditional_acceptance, expected_tokens, predict_speedup
-from specdec.window.pricing import relative_cost, startup_pays
+from specdec.window.pricing import startup_pays
 
 __all__ = [
     "AdaptiveWindow",
@@ -20,6 +20,5 @@ __all__ = [
     "conditional_acceptance",
     "expected_tokens",
     "predict_speedup",
-    "relative_cost",
     "startup_pays",
 ]

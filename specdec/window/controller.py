@@ -104,7 +104,14 @@ class AdaptiveWindow:
         self._unlooked_s = 0.0  # plain seconds before the first look (then 0)
 
     def price_models(self, target, draft) -> None:
-        pricing.price_models(self.costs, target, draft)
+        """What prices a pass before it is timed: the bytes a draft step reads over the
+        target's, and both models' kernel plans."""
+        from specdec.kernels.tuning import projection_seconds  # the kernels' own timings
+        from specdec.models.footprint import step_bytes
+
+        draft_bytes, target_bytes = step_bytes(draft), step_bytes(target)
+        ratio = draft_bytes / target_bytes if draft_bytes is not None and target_bytes else None
+        self.costs.set_prices(ratio, projection_seconds(target), projection_seconds(draft))
 
     def choose(self, batch: Batch) -> int:
         """k for the next step; a step that needs a catch-up only where it is repaid."""

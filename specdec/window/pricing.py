@@ -3,6 +3,8 @@ tokens repay the draft's catch-up on their history (docs/design/auto.md, "Start-
 
 from __future__ import annotations
 
+from statistics import StatisticsError, linear_regression
+
 from specdec.types import Batch
 from specdec.window.costs import CostModel, by_total, expected_tokens, interpolate
 
@@ -33,13 +35,13 @@ def observe_catch_up(costs: CostModel, tokens: int, seconds: float) -> None:
 def _line(table: dict[int, float], x: int) -> float:
     """Least-squares a + b x at x (a pass: every weight read once, plus a part per token);
     seconds per token where the points do not rise."""
-    n = len(table)
-    mean_x, mean_y = sum(table) / n, sum(table.values()) / n
-    spread = sum((t - mean_x) ** 2 for t in table)
-    slope = sum((t - mean_x) * (s - mean_y) for t, s in table.items()) / spread if spread else 0
+    try:
+        slope, intercept = linear_regression(list(table), list(table.values()))
+    except StatisticsError:  # one width timed
+        slope = intercept = 0.0
     if slope <= 0:
         return x * sum(table.values()) / sum(table)
-    return max(0.0, mean_y + slope * (x - mean_x))
+    return max(0.0, intercept + slope * x)
 
 
 def catch_up_time(costs: CostModel, tokens: int) -> float | None:
@@ -89,34 +91,3 @@ def startup_pays(
             speedup = max(speedup, expected_tokens(alpha, k) * plain / step)
     ahead = batch.remaining * plain
     return speedup > 1.0 and ahead * (1 - 1 / speedup) - cost >= min_gain * ahead
-
-
-def relative_cost(draft_model, target_model) -> float | None:
-    """Bytes a one-token draft step reads over the target's (projections as stored, without
-    embedding and vocabulary head); None unless both are models."""
-    if not all(hasattr(model, "named_modules") for model in (draft_model, target_model)):
-        return None
-    draft, target = _step_bytes(draft_model), _step_bytes(target_model)
-    return draft / target if target else None
-
-
-def _step_bytes(model) -> int:
-    from specdec.kernels.linear import Linear  # here: the window needs no torch otherwise
-
-    total = 0
-    for name, module in model.named_modules():
-        if "embed_tokens" in name or "lm_head" in name:
-            continue
-        if isinstance(module, Linear):
-            total += module.stored_bytes()
-        else:
-            total += sum(p.nbytes for p in module.parameters(recurse=False))
-    return total
-
-
-def price_models(costs: CostModel, target, draft) -> None:
-    """What prices a pass before it is timed: the models' bytes and kernel plans."""
-    from specdec.kernels.tuning import projection_seconds  # the kernels' own timings
-
-    plans = projection_seconds(target), projection_seconds(draft)
-    costs.set_prices(relative_cost(draft, target), *plans)

@@ -14,6 +14,7 @@ from specdec.engine import Engine
 from specdec.kernels import tuning
 from specdec.kernels.linear import BUCKETS, Linear
 from specdec.kernels.quantize import quantize
+from specdec.models.footprint import step_bytes
 from specdec.params import SamplingParams
 from specdec.types import Batch
 from specdec.window import (
@@ -21,7 +22,6 @@ from specdec.window import (
     CostModel,
     WindowConfig,
     pricing,
-    relative_cost,
     startup_pays,
 )
 
@@ -146,7 +146,7 @@ def test_the_engine_hands_the_plans_to_the_window(tokenizer, monkeypatch):
     engine, target, draft = _tiny_pair_engine(tokenizer, window)
     engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=3))
     assert (window.costs.target_plan_s, window.costs.draft_plan_s) == ({}, {})
-    assert window.costs.draft_ratio == pytest.approx(relative_cost(draft, target))
+    assert window.costs.draft_ratio == pytest.approx(step_bytes(draft) / step_bytes(target))
     monkeypatch.setattr(tuning, "projection_seconds", lambda m: {1: float(id(m))})
     engine._cache = None  # rebuilt (with the drafter) at the next request
     engine.generate([[5, 17, 42, 8]], SamplingParams(temperature=0, max_tokens=3))
@@ -154,14 +154,15 @@ def test_the_engine_hands_the_plans_to_the_window(tokenizer, monkeypatch):
     assert plans == ({1: float(id(target))}, {1: float(id(draft))})
 
 
-def test_relative_cost_counts_the_bytes_a_step_reads():
+def test_step_bytes_count_what_a_step_reads():
     """An int4 draft reads under a third of its bf16 bytes; the parameter count missed it."""
     shape = dict(hidden_size=256, intermediate_size=512)  # whole super-blocks of 256
     target = native_from_hf(hf_tiny("qwen2", **shape), torch.bfloat16)
     draft = native_from_hf(hf_tiny("qwen2", num_hidden_layers=1, **shape), torch.bfloat16)
-    dense = relative_cost(draft, target)
+    dense = step_bytes(draft) / step_bytes(target)
     assert dense == pytest.approx(0.5, rel=0.02)  # one of two equal layers
-    assert relative_cost(quantize(draft, "int4"), target) < 0.35 * dense
+    assert step_bytes(quantize(draft, "int4")) / step_bytes(target) < 0.35 * dense
+    assert step_bytes(None) is None  # a drafter that is not a model: priced by its timings
 
 
 def test_a_steps_first_draft_token_is_priced_apart():
