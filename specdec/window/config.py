@@ -11,7 +11,7 @@ from specdec.errors import InvalidParameterError
 class WindowConfig:
     """Each line: what it guards against; the measurement that set it (docs/design/auto.md,
     "The tunables"). Derived: the guard's floor is 1 - `margin`; `evidence` is a guard
-    check's steps, a look's draws, a stored acceptance's rows and, halved, a position's
+    check's steps and memory, a look's draws, a stored acceptance's rows and, halved, a position's
     prior weight; a start nets 2x `explore_share` blind and 0.5x once measured; the most
     steps off is 16 x `backoff`."""
 

@@ -61,7 +61,9 @@ class Phase(Enum):
 
 
 class Guard:
-    """Realised speed: plain-step seconds of the tokens emitted over the seconds spent."""
+    """Realised speed: plain-step seconds of the tokens emitted over the seconds spent,
+    over a fading memory of about `evidence` steps, so one short loss in a stretch that
+    pays does not stop drafting (docs/design/auto.md, "The guard")."""
 
     def __init__(self, config: WindowConfig) -> None:
         self.config = config
@@ -71,14 +73,16 @@ class Guard:
 
     def count(self, plain_s: float, seconds: float, tokens_per_row: float) -> None:
         c = self.config
-        self.saved += tokens_per_row * plain_s
-        self.spent += seconds
+        fade = 1 - 1 / c.evidence  # a memory of about `evidence` steps
+        self.saved = fade * self.saved + tokens_per_row * plain_s
+        self.spent = fade * self.spent + seconds
         self.checked += 1
         if self.checked < c.evidence:
             return
+        self.checked = 0
         realised = self.saved / self.spent if self.spent > 0 else 1.0
-        self.saved, self.spent, self.checked = 0.0, 0.0, 0
         if realised < 1 - c.margin:
+            self.saved = self.spent = 0.0  # judged afresh after the steps off
             self.off = self.next_backoff
             self.next_backoff = min(2 * self.next_backoff, c.max_backoff)
         elif realised >= 1.0:

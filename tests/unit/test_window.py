@@ -16,6 +16,7 @@ from specdec.window import (
     FixedWindow,
     Phase,
     WindowConfig,
+    controller,
     pricing,
     startup_pays,
 )
@@ -291,35 +292,48 @@ def test_one_early_rejection_does_not_end_drafting():
 # ---- The floor guard ---------------------------------------------------------------------
 
 
-GUARDED = dict(k_max=4, evidence=4, backoff=5)  # plain steps of 1 s a token
+GUARDED = dict(k_max=4, evidence=4, backoff=5)  # plain steps of 0.6 s a token
 
 
-def _check(w, seconds, accepted):
-    """`evidence` steps of k = 2; the model's acceptance perfect, so only the guard says no."""
-    for _ in range(w.config.evidence):
-        feed(w, 1, 2, seconds - 0.2, 0.2, [1, 1], [accepted, accepted])
-    w.acceptance.reached, w.acceptance.kept = [100.0, 100.0], [100.0, 100.0]
+def _check(w, accepted, steps=None, k=2):
+    """`steps` (`evidence`) steps of window k of 1 s each, the drafts all kept or all
+    rejected; the model's acceptance perfect, so only the guard says no."""
+    for _ in range(w.config.evidence if steps is None else steps):
+        feed(w, 1, k, 0.8, 0.2, [1] * k, [accepted] * k)
+    w.acceptance.reached, w.acceptance.kept = [100.0] * k, [100.0] * k
+
+
+def _off_for(w):
+    n = 0
+    while pick(w, 1) == 0:
+        assert w.phase is Phase.OFF
+        n += 1
+    return n
 
 
 def test_the_guard_backs_off_doubling_and_resets_once_a_check_passes():
-    w = warmed(1.0, **GUARDED)
+    w = warmed(0.6, **GUARDED)
+    _check(w, 1)  # 3 tokens in 1 s: 1.8 plain steps' time a second
+    assert _off_for(w) == 0
+    _check(w, 0)  # 1 token in 1 s: 0.6
+    assert _off_for(w) == 5
+    _check(w, 0)
+    assert _off_for(w) == 10  # again: twice as long
+    _check(w, 1)  # passes: the next back-off is short again
+    _check(w, 0)
+    assert _off_for(w) == 5
 
-    def off_for():
-        n = 0
-        while pick(w, 1) == 0:
-            assert w.phase is Phase.OFF
-            n += 1
-        return n
 
-    _check(w, 1.0, 1)  # 3 tokens in 1 s: passes
-    assert off_for() == 0
-    _check(w, 2.0, 0)  # 1 token in 2 s: trips
-    assert off_for() == 5
-    _check(w, 2.0, 0)
-    assert off_for() == 10  # again: twice as long
-    _check(w, 1.0, 1)  # passes: the next back-off is short again
-    _check(w, 2.0, 0)
-    assert off_for() == 5
+def test_the_guard_judges_a_memory_of_recent_steps_not_the_last_few_alone():
+    """A drafter whose matches come in bursts (suffix decoding on edits) loses for a few
+    steps where the text changes and gains many times that where it copies; turned off
+    for `backoff` steps by one short losing stretch, it missed the copying after it."""
+    w = warmed(0.6, **GUARDED)
+    _check(w, 1, steps=8, k=4)  # 5 tokens in 1 s: 3 plain steps' time a second
+    _check(w, 0)  # one check's steps losing after a stretch that paid: drafting goes on
+    assert _off_for(w) == 0
+    _check(w, 0)  # losing on: off
+    assert _off_for(w) == 5
 
 
 def test_the_guard_credits_how_far_a_batch_job_went():
@@ -340,13 +354,13 @@ def test_the_guard_credits_how_far_a_batch_job_went():
 def test_a_new_batch_forgets_a_first_trip_but_not_a_repeated_one():
     """A trip is about the text at hand (it left the fourth of four chat requests plain where
     k = 3 paid); a repeated one stands, and rows joining a live batch forget nothing."""
-    w = warmed(1.0, **GUARDED)
-    _check(w, 2.0, 0)
+    w = warmed(0.6, **GUARDED)
+    _check(w, 0)
     feed_prefill(w, 1, 10, 10, 0.1)  # joins live rows
     assert pick(w, 1) == 0
     feed_prefill(w, 1, 10, 10, 0.1, True)  # a new batch
     assert pick(w, 1) > 0
-    _check(w, 2.0, 0)
+    _check(w, 0)
     feed_prefill(w, 1, 10, 10, 0.1, True)
     assert pick(w, 1) == 0
 
@@ -452,24 +466,80 @@ def test_a_drafter_sizing_its_drafts_is_priced_at_the_passes_it_verifies():
     assert matching(wide) >= 0.9 * best
 
 
+# The bf16 1.5B's verify passes on the Zen 3 (ms, by width; benchmarks "Suffix decoding").
+ZEN3_BF16 = [155, 156, 165, 184, 191, 229, 300, 321, 359, 352, 374, 420, 468, 515, 560, 608, 655]
+
+
+def edits(window, seeds=range(48)):
+    """Tokens per second (in plain steps) of a suffix drafter on edits: no match for a few
+    tokens, then copying (drafts as long as the copy, kept 0.97) and editing (the old text
+    drafted, its first token kept 0.1) in turns."""
+    done = spent = 0.0
+    for seed in seeds:
+        rng, w = random.Random(seed), window()
+        kinds = ["none"] * rng.randint(5, 25)
+        while len(kinds) < 260:
+            kinds += ["copy"] * rng.randint(15, 80) + ["edit"] * rng.randint(2, 12)
+        pos = 0
+        while pos < len(kinds):
+            k = pick(w, 1, remaining=len(kinds) - pos)
+            copy = 0
+            while kinds[pos + copy : pos + copy + 1] == ["copy"]:
+                copy += 1
+            long = {"none": 0, "copy": copy + 3, "edit": rng.randint(1, 9)}[kinds[pos]]
+            length, kept = min(k, long), 0
+            while kept < length and rng.random() < (
+                0.97 if kinds[pos + kept :][:1] == ["copy"] else 0.1
+            ):
+                kept += 1
+            seconds, draft_s = ZEN3_BF16[length] / ZEN3_BF16[0], 0.001 * bool(length)
+            reached = [1] * min(kept + 1, length)
+            w.observe(counted(1, k, seconds, draft_s, reached, [1] * kept + [0] * (len(reached) - kept),
+                              width=length + 1))  # fmt: skip
+            pos, done, spent = pos + kept + 1, done + kept + 1, spent + seconds + draft_s
+    return done / spent
+
+
+def test_a_drafter_matching_in_bursts_keeps_drafting_through_a_short_loss(monkeypatch):
+    """A short losing stretch where the text changes turned drafting off for the copying
+    after it: judged on each `evidence` steps alone, `auto` ran 0.93x the best fixed window
+    here; with the guard's fading memory 0.965x."""
+    best = max(edits(lambda k=k: FixedWindow(k)) for k in (2, 3, 4, 6, 8))
+    assert edits(AdaptiveWindow) >= 0.95 * best
+
+    def each_window_alone(guard, plain_s, seconds, tokens_per_row):  # no memory past a check
+        fade = 1 - 1 / guard.config.evidence  # undone: plain sums over the check's steps
+        guard.saved, guard.spent = guard.saved / fade, guard.spent / fade
+        remembered(guard, plain_s, seconds, tokens_per_row)
+        if guard.checked == 0:
+            guard.saved = guard.spent = 0.0
+
+    remembered = controller.Guard.count
+    monkeypatch.setattr(controller.Guard, "count", each_window_alone)
+    assert edits(AdaptiveWindow) < 0.945 * best
+
+
 def drifting(slow):
     """The int4 pair on a Zen 4 (c = 0.35, a pass of T tokens 1 + 0.08 (T - 1)), every pass
     of step n `slow(n)` times slower."""
     return lambda k, n, ctx: (slow(n) * (1 + 0.08 * k), slow(n) * 0.35 * k)
 
 
-@pytest.mark.parametrize(
-    "a,slow",
-    [(0.9, lambda n: 1.0 + 0.35 * ((n // 30) % 2)), (0.8, lambda n: 1.4 if n < 40 else 1.0)],
-)
+PERIODIC = lambda n: 1.0 + 0.35 * ((n // 30) % 2)  # noqa: E731  slower every other 30 steps
+
+
+@pytest.mark.parametrize("a,slow", [(0.9, PERIODIC), (0.8, lambda n: 1.4 if n < 40 else 1.0)])
 def test_the_window_prices_at_the_hosts_pace(a, slow, monkeypatch):
     """Priced against a plain step timed at another speed, `auto` gave up 7-9% against the
-    best fixed window; moving every width with the pace keeps it within 5%."""
+    best fixed window; moving every width with the pace keeps it within 5%. Without the
+    pace, a host slowing down and speeding up again still costs it over 6% (one lasting
+    change, the guard's memory catches)."""
     system = dict(a=a, cost=drifting(slow), tokens=512)
     best = best_fixed(ks=range(1, 6), **system)
     assert decode(AdaptiveWindow, **system) >= 0.95 * best
-    monkeypatch.setattr(CostModel, "pace", property(lambda _: 1.0, lambda *_: None))
-    assert decode(AdaptiveWindow, **system) < 0.94 * best
+    if slow is PERIODIC:
+        monkeypatch.setattr(CostModel, "pace", property(lambda _: 1.0, lambda *_: None))
+        assert decode(AdaptiveWindow, **system) < 0.94 * best
 
 
 def test_no_probes_where_a_perfect_drafter_could_not_pay():
