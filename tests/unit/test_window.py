@@ -473,7 +473,7 @@ ZEN3_BF16 = [155, 156, 165, 184, 191, 229, 300, 321, 359, 352, 374, 420, 468, 51
 def edits(window, seeds=range(48)):
     """Tokens per second (in plain steps) of a suffix drafter on edits: no match for a few
     tokens, then copying (drafts as long as the copy, kept 0.97) and editing (the old text
-    drafted, its first token kept 0.1) in turns."""
+    drafted, its first token kept 0.1) in turns; a draft costs 0.1% of a plain step."""
     done = spent = 0.0
     for seed in seeds:
         rng, w = random.Random(seed), window()
@@ -494,8 +494,8 @@ def edits(window, seeds=range(48)):
                 kept += 1
             seconds, draft_s = ZEN3_BF16[length] / ZEN3_BF16[0], 0.001 * bool(length)
             reached = [1] * min(kept + 1, length)
-            w.observe(counted(1, k, seconds, draft_s, reached, [1] * kept + [0] * (len(reached) - kept),
-                              width=length + 1))  # fmt: skip
+            kept_at = [1] * kept + [0] * (len(reached) - kept)
+            w.observe(counted(1, k, seconds, draft_s, reached, kept_at, width=length + 1))
             pos, done, spent = pos + kept + 1, done + kept + 1, spent + seconds + draft_s
     return done / spent
 
