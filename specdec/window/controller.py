@@ -70,12 +70,12 @@ class Guard:
         self.saved, self.spent, self.checked = 0.0, 0.0, 0  # plain-step s, s, steps counted
         self.off = 0  # steps left with drafting off
         self.next_backoff = config.backoff
+        self.fade = 1 - 1 / config.evidence  # a step's weight a step later: ~`evidence` steps
 
     def count(self, plain_s: float, seconds: float, tokens_per_row: float) -> None:
         c = self.config
-        fade = 1 - 1 / c.evidence  # a memory of about `evidence` steps
-        self.saved = fade * self.saved + tokens_per_row * plain_s
-        self.spent = fade * self.spent + seconds
+        self.saved = self.fade * self.saved + tokens_per_row * plain_s
+        self.spent = self.fade * self.spent + seconds
         self.checked += 1
         if self.checked < c.evidence:
             return
